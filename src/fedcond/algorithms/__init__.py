@@ -1,0 +1,45 @@
+"""Every algorithm, by name. One file per algorithm; this registry is the only lookup."""
+
+from __future__ import annotations
+
+from ..errors import FedcondError
+from .base import Algorithm, Context, State, hyperparameters
+from .fedavg import ConditionalFedAvg, FedAvg
+from .pooled import Conditional, Local, Oracle
+
+ALGORITHMS: dict[str, type] = {
+    "Local": Local,
+    "FedAvg": FedAvg,
+    "Oracle": Oracle,
+    "Conditional": Conditional,
+    "Conditional-FedAvg": ConditionalFedAvg,
+}
+
+# The eight methods of the paper, in its table order; those not yet implemented are skipped by `all`.
+PAPER_METHODS = ("Local", "FedAvg", "Gossip", "Ditto", "IFCA", "DAC", "Oracle", "Conditional")
+
+
+def make_algorithm(name: str, **hyper) -> Algorithm:
+    lookup = {k.lower(): k for k in ALGORITHMS}
+    if name.lower() not in lookup:
+        raise FedcondError(f"unknown method '{name}'; choose from {', '.join(ALGORITHMS)}")
+    cls = ALGORITHMS[lookup[name.lower()]]
+    try:
+        return cls(**hyper)
+    except TypeError as e:
+        raise FedcondError(f"bad hyper-parameters for {name}: {e}") from None
+
+
+def resolve_methods(spec: str) -> list[str]:
+    """'all' -> the paper's methods that exist; else a comma list, validated and canonically cased."""
+    if spec.strip().lower() == "all":
+        return [m for m in PAPER_METHODS if m in ALGORITHMS]
+    lookup = {k.lower(): k for k in ALGORITHMS}
+    names = [m.strip() for m in spec.split(",") if m.strip()]
+    bad = [m for m in names if m.lower() not in lookup]
+    if bad or not names:
+        raise FedcondError(f"unknown method(s) {', '.join(bad) or '(none given)'}; choose from {', '.join(ALGORITHMS)} or all")
+    return [lookup[m.lower()] for m in names]
+
+
+__all__ = ["ALGORITHMS", "PAPER_METHODS", "Algorithm", "Context", "State", "hyperparameters", "make_algorithm", "resolve_methods"]

@@ -1,0 +1,96 @@
+"""What every algorithm shares: the context it runs in and the state it returns.
+
+An algorithm is a frozen dataclass of its hyper-parameters (it prints, hashes and sweeps for
+free). Learned things live in the `State` it returns from `init` and `round`; it never keeps
+them on `self`. A round is broadcast -> local update (through the engine) -> aggregate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Protocol
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..engine import Job, LoopEngine, Params, SGDConfig, clone_params
+from ..scenarios import Federation, GroundTruth
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything an algorithm may read. `truth` is None unless the algorithm is an oracle."""
+
+    federation: Federation
+    make_model: Callable[[bool], nn.Module]  # conditioned? -> a fresh backbone
+    engine: LoopEngine
+    seed: int
+    local_epochs: int = 1
+    stats: torch.Tensor | None = None  # float32 [N, L] normalised client statistics
+    truth: GroundTruth | None = None
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def sgd(self) -> SGDConfig:
+        return self.engine.sgd
+
+    def init_params(self, conditioned: bool, index: int = 0) -> Params:
+        """Fresh weights, drawn from a stream named by (seed, purpose 'init', model index)."""
+        gen_state = torch.random.get_rng_state()
+        torch.manual_seed(int(np.random.SeedSequence([self.seed, 0x1417, index]).generate_state(1)[0]))
+        params = clone_params(self.make_model(conditioned).state_dict())
+        torch.random.set_rng_state(gen_state)
+        return params
+
+    def model(self, conditioned: bool) -> nn.Module:
+        key = ("model", conditioned)
+        if key not in self._cache:
+            self._cache[key] = self.make_model(conditioned)
+        return self._cache[key]
+
+    def client_stats(self, i: int, n: int) -> torch.Tensor:
+        return self.stats[i].expand(n, -1)  # [n, L]
+
+    def pooled(self, members: tuple[int, ...], conditioned: bool):
+        """Concatenated training data of some clients (and each sample's own client statistics)."""
+        key = ("pool", members, conditioned)
+        if key not in self._cache:
+            cs = [self.federation.clients[i] for i in members]
+            x = torch.cat([c.x_train for c in cs])  # [n, C, H, W]
+            y = torch.cat([c.y_train for c in cs])  # [n]
+            s = torch.cat([self.client_stats(i, c.n_train) for i, c in zip(members, cs)]) if conditioned else None  # [n, L]
+            self._cache[key] = (x, y, s)
+        return self._cache[key]
+
+    def job(self, params: Params, members: tuple[int, ...], conditioned: bool, seed: tuple[int, ...], **kw) -> Job:
+        x, y, s = self.pooled(members, conditioned)
+        return Job(params=params, x=x, y=y, s=s, epochs=kw.pop("epochs", self.local_epochs), seed=(self.seed, *seed), **kw)
+
+
+@dataclass(frozen=True)
+class State:
+    """Learned state after a round. `assignment[i]` is the model that client i predicts with."""
+
+    models: tuple[Params, ...]
+    assignment: tuple[int, ...]
+    momentum: tuple[Params | None, ...] = ()  # optimiser state carried across rounds, per model
+    round: int = 0
+    train_loss: float = float("nan")
+    extra: dict = field(default_factory=dict)  # algorithm-specific, e.g. IFCA's cluster choices
+
+
+class Algorithm(Protocol):
+    conditioned: ClassVar[bool]  # does the model take the client statistics?
+    needs_truth: ClassVar[bool]  # may it see the true clusters (oracles only)?
+    federated: ClassVar[bool]  # rounds of local_epochs (True) or one epoch of pooled training per round
+
+    def init(self, ctx: Context) -> State: ...
+
+    def round(self, ctx: Context, state: State, r: int) -> State: ...
+
+
+def hyperparameters(alg) -> dict:
+    """The algorithm's hyper-parameters as a plain dict (what the results database stores)."""
+    return dataclasses.asdict(alg)

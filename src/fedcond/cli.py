@@ -1,0 +1,157 @@
+"""The command line: the only place that parses arguments. Library errors (FedcondError) become
+one line on stderr and exit code 2; nothing else is caught, so real bugs keep their traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+
+from .errors import FedcondError
+
+EXIT_USAGE = 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {v}")
+    return v
+
+
+def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> None:
+    if family_positional:
+        p.add_argument("family", help="E1, E2a, E2b, E3a, E3b, E4a or E4b")
+    else:
+        p.add_argument("--scenario", dest="family", default="E1", help="heterogeneity family (default E1, label shift)")
+    p.add_argument("--dataset", default="digits", help="digits (embedded, default), mnist, fmnist, cifar10, cifar100")
+    p.add_argument("--k", type=_positive_int, help="clusters K (E1, E2a, E3a, E3b) or covariate clusters C (E4b); default 5 for run, 2 otherwise")
+    p.add_argument("--rotations", help="E2b rotation configuration C1..C4 (default C1)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--clients-per-cluster", type=_positive_int, help="clients per cluster (default 5)")
+    group.add_argument("--clients", type=_positive_int, help="clients in total (E4a, E4b)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and of training (default 0)")
+    p.add_argument("--data-dir", help="dataset folder (default: $FEDCOND_DATA, else the user cache)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedcond", description="Client-conditional federated learning and its baselines.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="train methods on one scenario and print their accuracy (defaults: E1 on embedded digits)")
+    _add_scenario_args(run, family_positional=False)
+    run.add_argument("--methods", default="all", help="comma list, or all (the paper's methods available); default all")
+    run.add_argument("--epochs", type=_positive_int, help="passes over the data (default 20, the paper's)")
+    run.add_argument("--local-epochs", type=_positive_int, help="federated methods: local epochs per round (default 1)")
+    run.add_argument("--conditioning", choices=["concat", "film"], help="how Conditional takes s (default concat)")
+    run.add_argument("--stats-normalisation", choices=["zscore", "log", "none"], help="default zscore (the paper's)")
+    run.add_argument("--workers", type=_positive_int, help="processes, one thread each (default: min(2, cores))")
+    run.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
+    run.add_argument("--json", action="store_true", help="print results as JSON")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    scen = sub.add_parser("scenario", help="inspect scenarios")
+    scen_sub = scen.add_subparsers(dest="scenario_command", required=True)
+    desc = scen_sub.add_parser("describe", help="the clients of one scenario: cluster, sizes, label counts")
+    _add_scenario_args(desc, family_positional=True)
+    desc.add_argument("--json", action="store_true")
+
+    data = sub.add_parser("data", help="datasets: list, verify, download")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    data_sub.add_parser("list", help="known datasets and whether each is present")
+    for name, text in (("verify", "check a dataset's checksums"), ("download", "fetch the official files and convert them")):
+        p = data_sub.add_parser(name, help=text)
+        p.add_argument("name")
+        p.add_argument("--data-dir")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from .commands.run import run_command
+
+            return run_command(args)
+        if args.command == "scenario":
+            return _describe(args)
+        if args.command == "data":
+            return _data(args)
+    except FedcondError as e:
+        print(f"fedcond: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fedcond: interrupted; finished results are in the database", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _spec(args, default_k: int):
+    from .run import ScenarioSpec
+
+    return ScenarioSpec(
+        family=args.family, dataset=args.dataset, k=args.k if args.k is not None else default_k,
+        clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
+        seed=args.seed, data_dir=args.data_dir,
+    )
+
+
+def _describe(args) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    scenario = _spec(args, default_k=2).build()
+    fed, truth = scenario.federation, scenario.truth
+    clients = [
+        {
+            "id": i,
+            "cluster": int(truth.cluster[i]),
+            "n_train": c.n_train,
+            "n_test": c.n_test,
+            "train_labels": {int(k): v for k, v in sorted(Counter(c.y_train.tolist()).items())},
+            "test_labels": {int(k): v for k, v in sorted(Counter(c.y_test.tolist()).items())},
+        }
+        for i, c in enumerate(fed.clients)
+    ]
+    if args.json:
+        print(json.dumps({"family": fed.family, "dataset": fed.dataset, "num_classes": fed.num_classes,
+                          "clusters": list(truth.cluster_names), "clients": clients}))
+        return 0
+    print(f"{fed.family} on {fed.dataset}: {fed.num_clients} clients in {truth.num_clusters} clusters, {fed.num_classes} task labels")
+    for k, name in enumerate(truth.cluster_names):
+        members = [c for c in clients if c["cluster"] == k]
+        labels = sorted({lab for c in members for lab in c["train_labels"]})
+        print(f"  cluster {k} ({name}): {len(members)} clients, train {sum(c['n_train'] for c in members)}, "
+              f"test {sum(c['n_test'] for c in members)}, labels {labels}")
+    return 0
+
+
+def _data(args) -> int:
+    from . import data
+
+    if args.data_command == "list":
+        root = data.resolve_data_dir(None)
+        print(f"data directory: {root}")
+        for name in data.DATASETS:
+            try:
+                data.verify(name, None)
+                state = "present"
+            except FedcondError:
+                state = "missing"
+            print(f"  {name:16s} {state}")
+        return 0
+    if args.data_command == "verify":
+        print(data.verify(args.name, args.data_dir))
+        return 0
+    paths = data.download(args.name, args.data_dir)
+    for p in paths:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""`fedcond run`: train methods on one scenario, print a table, save every result as it finishes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+from tqdm import tqdm
+
+from .. import results
+from ..algorithms import resolve_methods
+from ..protocol import PAPER
+from ..run import ScenarioSpec, default_workers, rounds_of, run_methods
+
+
+def run_command(args) -> int:
+    methods = resolve_methods(args.methods)
+    protocol = PAPER.replace(
+        epochs=args.epochs, local_epochs=args.local_epochs, conditioning=args.conditioning,
+        stats_normalisation=args.stats_normalisation,
+    )
+    spec = ScenarioSpec(
+        family=args.family, dataset=args.dataset, k=args.k if args.k is not None else 5,
+        clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
+        seed=args.seed, data_dir=args.data_dir,
+    )
+    scenario = spec.build()  # fails fast, with a clear message, before any worker starts
+    fed = scenario.federation
+    con = results.connect(args.db)
+    total = sum(rounds_of(m, protocol) for m in methods)
+    bar = tqdm(total=total, unit="epoch", desc=f"{fed.family}/{fed.dataset}", disable=args.no_progress, file=sys.stderr)
+    if not args.json:
+        print(f"{fed.family} on {fed.dataset}: {fed.num_clients} clients, {scenario.truth.num_clusters} clusters; "
+              f"{protocol.epochs} epochs; methods {', '.join(methods)}", file=sys.stderr)
+    out = []
+    workers = args.workers or default_workers()
+    try:
+        for res in run_methods(spec, methods, protocol, args.seed, workers, on_round=lambda m, r: bar.update(1)):
+            results.save_run(
+                con, family=fed.family, dataset=fed.dataset, scenario=spec.describe(), method=res.method,
+                seed=args.seed, protocol=dataclasses.asdict(protocol), result=res,
+            )
+            out.append(res)
+            bar.write(f"  {res.method}: accuracy {res.accuracy:.4f} ({res.seconds:.1f} s)", file=sys.stderr)
+    finally:
+        bar.close()
+        con.close()
+    out.sort(key=lambda r: methods.index(r.method))
+    if args.json:
+        print(json.dumps({"results": [
+            {"method": r.method, "accuracy": r.accuracy, "accuracy_std": r.accuracy_std,
+             "weighted_accuracy": r.weighted_accuracy, "per_client": r.per_client, "seconds": r.seconds}
+            for r in out
+        ]}))
+    else:
+        print(f"{'method':20s} {'accuracy':>9s} {'± clients':>9s} {'weighted':>9s} {'seconds':>8s}")
+        for r in out:
+            print(f"{r.method:20s} {r.accuracy:9.4f} {r.accuracy_std:9.4f} {r.weighted_accuracy:9.4f} {r.seconds:8.1f}")
+    return 0

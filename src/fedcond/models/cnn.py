@@ -1,0 +1,119 @@
+"""The paper's CNNs (SPEC A.3), optionally conditioned on the client statistics s.
+
+Conditioning:
+- concat (the paper): s is concatenated to the flattened conv features before the FC layers;
+- film (ablation): s predicts a per-channel (1 + gamma, beta) for every conv block's output.
+With stat_dim = 0 the network is the baselines' plain backbone.
+
+Dimension letters: B batch, C channels, H/W height/width, L statistics width, K classes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..errors import FedcondError
+
+CONDITIONINGS = ("concat", "film")
+
+
+class _Normalise(nn.Module):
+    """uint8 images -> normalised floats; lives in the model so data can stay uint8 until the batch."""
+
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.uint8:
+            x = x.float().div_(255.0)
+        return (x - self.mean) / self.std
+
+
+class ConditionedCNN(nn.Module):
+    """Conv blocks -> flatten -> [concat s] -> FC hidden -> FC classes."""
+
+    def __init__(self, blocks: nn.ModuleList, block_channels: list[int], flat: int, hidden: int,
+                 num_classes: int, stat_dim: int, conditioning: str, mean, std):
+        super().__init__()
+        if conditioning not in CONDITIONINGS:
+            raise FedcondError(f"unknown conditioning '{conditioning}'; choose {' or '.join(CONDITIONINGS)}")
+        self.stat_dim, self.conditioning = stat_dim, conditioning
+        self.normalise = _Normalise(mean, std)
+        self.blocks = blocks
+        use_film = stat_dim > 0 and conditioning == "film"
+        self.film = nn.ModuleList(nn.Linear(stat_dim, 2 * c) for c in block_channels) if use_film else None
+        concat = stat_dim if (stat_dim > 0 and conditioning == "concat") else 0
+        self.fc1 = nn.Linear(flat + concat, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+        if self.film is not None:  # start as the identity modulation
+            for lin in self.film:
+                nn.init.zeros_(lin.weight)
+                nn.init.zeros_(lin.bias)
+
+    def features(self, x: torch.Tensor, s: torch.Tensor | None = None) -> torch.Tensor:
+        """The FC-hidden representation [B, hidden] (used by prototype methods)."""
+        h = self.normalise(x)  # [B, C, H, W]
+        for i, block in enumerate(self.blocks):
+            h = block.conv(h)
+            if self.film is not None:
+                gamma, beta = self.film[i](s).chunk(2, dim=1)  # [B, C_i] each
+                h = h * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
+            h = block.rest(h)
+        h = h.flatten(1)  # [B, flat]
+        if self.stat_dim > 0 and self.conditioning == "concat":
+            h = torch.cat([h, s.to(h.dtype)], dim=1)  # [B, flat + L]
+        return F.relu(self.fc1(h))
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor | None = None) -> torch.Tensor:
+        if self.stat_dim > 0 and s is None:
+            raise ValueError("this model is conditioned: pass the client statistics s [B, L]")
+        return self.fc2(self.features(x, s))  # [B, K]
+
+
+class _Block(nn.Module):
+    """A conv (the FiLM hook sits right after it) and what follows it in the block."""
+
+    def __init__(self, conv: nn.Module, rest: nn.Module):
+        super().__init__()
+        self.conv, self.rest = conv, rest
+
+
+def mnist_cnn(num_classes: int = 10, stat_dim: int = 0, conditioning: str = "concat",
+              mean=(0.1307,), std=(0.3081,)) -> ConditionedCNN:
+    """28x28 grey: Conv(1->32) ReLU Pool -> Conv(32->64) ReLU Pool -> 3136 [+L] -> 128 -> K."""
+    blocks = nn.ModuleList([
+        _Block(nn.Conv2d(1, 32, 3, padding=1), nn.Sequential(nn.ReLU(), nn.MaxPool2d(2))),  # [B, 32, 14, 14]
+        _Block(nn.Conv2d(32, 64, 3, padding=1), nn.Sequential(nn.ReLU(), nn.MaxPool2d(2))),  # [B, 64, 7, 7]
+    ])
+    return ConditionedCNN(blocks, [32, 64], 64 * 7 * 7, 128, num_classes, stat_dim, conditioning, mean, std)
+
+
+def cifar_cnn(num_classes: int = 10, stat_dim: int = 0, conditioning: str = "concat",
+              mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)) -> ConditionedCNN:
+    """32x32 RGB, batch norm after each conv: [Conv Conv Pool] x 2 (32, 64 channels) -> 4096 [+L] -> 256 -> K.
+
+    Each block's first conv is the FiLM hook; ReLU follows each batch norm.
+    """
+    def conv_bn(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout))
+
+    blocks = nn.ModuleList([
+        _Block(conv_bn(3, 32), nn.Sequential(nn.ReLU(), conv_bn(32, 32), nn.ReLU(), nn.MaxPool2d(2))),  # [B, 32, 16, 16]
+        _Block(conv_bn(32, 64), nn.Sequential(nn.ReLU(), conv_bn(64, 64), nn.ReLU(), nn.MaxPool2d(2))),  # [B, 64, 8, 8]
+    ])
+    return ConditionedCNN(blocks, [32, 64], 64 * 8 * 8, 256, num_classes, stat_dim, conditioning, mean, std)
+
+
+def model_for(input_shape: tuple[int, int, int], num_classes: int, stat_dim: int = 0, conditioning: str = "concat",
+              mean=None, std=None) -> ConditionedCNN:
+    """The paper's backbone for an input shape: 1x28x28 -> mnist_cnn, 3x32x32 -> cifar_cnn."""
+    kw = {} if mean is None else {"mean": tuple(mean), "std": tuple(std)}
+    if tuple(input_shape) == (1, 28, 28):
+        return mnist_cnn(num_classes, stat_dim, conditioning, **kw)
+    if tuple(input_shape) == (3, 32, 32):
+        return cifar_cnn(num_classes, stat_dim, conditioning, **kw)
+    raise FedcondError(f"no paper backbone for input shape {tuple(input_shape)}; expected (1, 28, 28) or (3, 32, 32)")

@@ -1,0 +1,44 @@
+"""The training protocol's named defaults, in one place (SPEC A.4, A.5 and the choices we made).
+
+`epochs` counts passes over every client's data: pooled and per-client methods train that many
+epochs; federated methods run epochs / local_epochs rounds of local_epochs each (the sources
+say only "20 epochs": default 20 rounds x 1 local epoch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .errors import FedcondError
+
+
+@dataclass(frozen=True)
+class Protocol:
+    epochs: int = 20  # SPEC A.4
+    local_epochs: int = 1  # federated methods: epochs per round
+    lr: float = 0.01
+    momentum: float = 0.9
+    batch_size: int = 64
+    num_eigenvalues: int = 32  # l, SPEC A.2
+    stats_normalisation: str = "zscore"  # zscore (paper) | log (reveals nothing) | none
+    stats_method: str = "exact"  # exact (d x d covariance + eigvalsh) | randomized
+    conditioning: str = "concat"  # concat (paper) | film (ablation)
+
+    @property
+    def rounds(self) -> int:
+        return max(1, self.epochs // self.local_epochs)
+
+    def validate(self) -> "Protocol":
+        for name in ("epochs", "local_epochs", "batch_size", "num_eigenvalues"):
+            if getattr(self, name) < 1:
+                raise FedcondError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise FedcondError(f"lr must be positive, got {self.lr}")
+        return self
+
+    def replace(self, **changes) -> "Protocol":
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None}).validate()
+
+
+PAPER = Protocol()

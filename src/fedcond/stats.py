@@ -1,0 +1,92 @@
+"""Client statistics (SPEC A.2): the top-l PCA eigenvalues of each client's [phi(x), onehot(y)].
+
+Each client computes its vector once, locally. Only eigenvalues are kept, never eigenvectors.
+Normalisation across clients comes in two forms:
+- `zscore`: the paper's per-component z-score over all clients (needs population mean/std);
+- `log`: a fixed per-client transform, log(1 + eigenvalue), which reveals nothing and needs no
+  coordination, for deployments without secure aggregation.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .errors import FedcondError
+
+DEFAULT_NUM_EIGENVALUES = 32  # SPEC A.2: l = 32 (l = 8 gave similar results)
+
+
+def pixel_features(x: torch.Tensor) -> torch.Tensor:
+    """phi for 28x28 data: identity on the flattened pixels, scaled to [0, 1]. uint8 [n,C,H,W] -> [n, C*H*W]."""
+    return x.reshape(x.shape[0], -1).to(torch.float64) / 255.0
+
+
+def design_matrix(features: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Z = [phi(x), onehot(y)]: labels are inside on purpose, so label and concept shift show in the spectrum."""
+    onehot = torch.nn.functional.one_hot(labels.to(torch.int64), num_classes).to(torch.float64)  # [n, C]
+    return torch.cat([features.to(torch.float64), onehot], dim=1)  # [n, d]
+
+
+def top_eigenvalues(z: torch.Tensor, l: int = DEFAULT_NUM_EIGENVALUES, method: str = "exact", seed: int = 0) -> np.ndarray:
+    """Top-l eigenvalues (descending) of the sample covariance of z [n, d], zero-padded to l.
+
+    exact: the d x d covariance and a symmetric eigensolver; exact, and fastest for moderate d.
+    randomized: scikit-learn's randomised SVD of the centred data, O(n d l); for large d.
+    """
+    n, d = z.shape
+    if n < 2:
+        vals = np.zeros(0)
+    elif method == "exact":
+        zc = z - z.mean(dim=0, keepdim=True)
+        cov = zc.T @ zc / (n - 1)  # [d, d]
+        vals = torch.linalg.eigvalsh(cov).flip(0).clamp_min(0).numpy()
+    elif method == "randomized":
+        from sklearn.utils.extmath import randomized_svd
+
+        zc = (z - z.mean(dim=0, keepdim=True)).numpy()
+        k = min(l, n, d)
+        _, sing, _ = randomized_svd(zc, n_components=k, n_iter=7, random_state=seed)
+        vals = sing**2 / (n - 1)
+    else:
+        raise FedcondError(f"unknown eigenvalue method '{method}'; choose exact or randomized")
+    rank_cap = min(n - 1, d) if n >= 2 else 0  # a centred n x d matrix has at most min(n-1, d) non-zero eigenvalues
+    if rank_cap < l:
+        warnings.warn(f"client statistics: only {rank_cap} eigenvalues exist (n={n}, d={d}); padding to l={l} with zeros", stacklevel=2)
+    out = np.zeros(l)
+    m = min(l, len(vals), rank_cap)
+    out[:m] = vals[:m]
+    return out
+
+
+def client_statistics(
+    xs: list[torch.Tensor],
+    ys: list[torch.Tensor],
+    num_classes: int,
+    l: int = DEFAULT_NUM_EIGENVALUES,
+    phi: Callable[[torch.Tensor], torch.Tensor] = pixel_features,
+    method: str = "exact",
+) -> np.ndarray:
+    """Raw eigenvalue vectors of every client: [num_clients, l]. Each row uses only that client's data."""
+    rows = [top_eigenvalues(design_matrix(phi(x), y, num_classes), l, method) for x, y in zip(xs, ys)]
+    return np.stack(rows) if rows else np.zeros((0, l))
+
+
+def normalise(raw: np.ndarray, how: str = "zscore") -> np.ndarray:
+    """Turn raw eigenvalue vectors [N, l] into model inputs.
+
+    zscore: per component across clients (the paper); constant components become 0.
+    log: log(1 + v) per client; needs no population statistics.
+    none: the raw eigenvalues.
+    """
+    if how == "zscore":
+        mean, std = raw.mean(axis=0), raw.std(axis=0)
+        return (raw - mean) / np.where(std > 0, std, 1.0)
+    if how == "log":
+        return np.log1p(raw)
+    if how == "none":
+        return raw.copy()
+    raise FedcondError(f"unknown statistics normalisation '{how}'; choose zscore, log or none")

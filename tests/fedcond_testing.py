@@ -1,0 +1,39 @@
+"""Test helpers shared by several test files (fixtures live in conftest.py)."""
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+SHARED = Path(os.environ.get("FEDCOND_DATA", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+
+
+def tagged_dataset(n_train=600, n_test=200, num_classes=10, shape=(28, 28), seed=0):
+    """Images whose first two pixels spell their index, so every sample can be traced through a split."""
+    rng = np.random.default_rng(seed)
+
+    def make(n, offset):
+        x = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+        ids = np.arange(n) + offset
+        x[:, 0, 0], x[:, 0, 1] = ids % 256, ids // 256
+        y = np.arange(n) % num_classes
+        return x, y.astype(np.int64)
+
+    x_tr, y_tr = make(n_train, 0)
+    x_te, y_te = make(n_test, 50_000)
+    return SimpleNamespace(name="tagged", x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te,
+                           classes=tuple(str(c) for c in range(num_classes)), coarse_train=None, coarse_test=None, coarse_classes=None)
+
+
+def sample_ids(x: torch.Tensor) -> list[int]:
+    return (x[:, 0, 0, 0].long() + 256 * x[:, 0, 0, 1].long()).tolist()
+
+
+def shared_file(name: str) -> Path:
+    path = SHARED / name
+    if not path.exists():
+        pytest.skip(f"{path} not present (set FEDCOND_DATA)")
+    return path

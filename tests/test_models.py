@@ -1,0 +1,41 @@
+import torch
+
+from fedcond.models import cifar_cnn, mnist_cnn, model_for
+
+
+def test_mnist_model_parameter_count_matches_spec():
+    # conv 320 + 18,496; FC 3168*128+128 = 405,632; FC 128*10+10 = 1,290
+    assert sum(p.numel() for p in mnist_cnn(10, stat_dim=32).parameters()) == 425_738
+    assert sum(p.numel() for p in mnist_cnn(10, stat_dim=0).parameters()) == 421_642
+
+
+def test_shapes_and_conditioning_changes_output():
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (4, 1, 28, 28), dtype=torch.uint8)
+    m = mnist_cnn(10, 32)
+    s1, s2 = torch.zeros(4, 32), torch.ones(4, 32)
+    assert m(x, s1).shape == (4, 10)
+    assert not torch.allclose(m(x, s1), m(x, s2))
+    assert m.fc1.in_features == 3136 + 32
+
+
+def test_cifar_model_layout():
+    m = cifar_cnn(10, 32)
+    assert m.fc1.in_features == 4096 + 32 and m.fc1.out_features == 256
+    assert sum(isinstance(x, torch.nn.BatchNorm2d) for x in m.modules()) == 4
+    assert m(torch.zeros(2, 3, 32, 32, dtype=torch.uint8), torch.zeros(2, 32)).shape == (2, 10)
+
+
+def test_film_starts_as_identity_and_learns_to_modulate():
+    torch.manual_seed(0)
+    m = mnist_cnn(10, 8, conditioning="film")
+    assert m.fc1.in_features == 3136  # FiLM does not concatenate
+    x = torch.randint(0, 256, (3, 1, 28, 28), dtype=torch.uint8)
+    assert torch.allclose(m(x, torch.zeros(3, 8)), m(x, torch.randn(3, 8)))  # zero-initialised modulation
+    torch.nn.init.normal_(m.film[0].weight)
+    assert not torch.allclose(m(x, torch.zeros(3, 8)), m(x, torch.ones(3, 8)))
+
+
+def test_model_for_picks_backbone():
+    assert model_for((1, 28, 28), 10).fc1.out_features == 128
+    assert model_for((3, 32, 32), 100).fc2.out_features == 100
