@@ -30,8 +30,11 @@ def make_algorithm(name: str, **hyper) -> Algorithm:
         raise FedcondError(f"bad hyper-parameters for {name}: {e}") from None
 
 
-def resolve_methods(spec: str) -> list[str]:
-    """'all' -> the paper's methods that exist; else a comma list, validated and canonically cased."""
+def resolve_methods(spec: str | None) -> list[str]:
+    """None -> every registered algorithm; 'all' -> the paper's methods that exist; else a comma list,
+    validated and canonically cased."""
+    if spec is None:
+        return list(ALGORITHMS)
     if spec.strip().lower() == "all":
         return [m for m in PAPER_METHODS if m in ALGORITHMS]
     lookup = {k.lower(): k for k in ALGORITHMS}
