@@ -6,7 +6,7 @@ from fedcond_testing import tagged_dataset
 from fedcond.algorithms import ALGORITHMS, Context, make_algorithm, resolve_methods
 from fedcond.engine import Job, LoopEngine, SGDConfig, batch_order, weighted_average
 from fedcond.errors import FedcondError
-from fedcond.models import model_for
+from fedcond.models import ModelSpec
 from fedcond.protocol import Protocol
 from fedcond.scenarios import make_scenario
 from fedcond.simulate import client_statistics, run_method
@@ -39,9 +39,11 @@ def small():
 def _ctx(sc, conditioned=False, truth=False):
     fed = sc.federation
     stats = client_statistics(sc, Protocol())[1] if conditioned else None
+    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, "concat", fed.mean, fed.std)
     return Context(
         federation=fed,
-        make_model=lambda c: model_for(fed.input_shape, fed.num_classes, 32 if c else 0, mean=fed.mean, std=fed.std),
+        plain_model=plain,
+        conditioned_model=ModelSpec(fed.input_shape, fed.num_classes, 32, "concat", fed.mean, fed.std),
         engine=LoopEngine(SGDConfig(batch_size=16)),
         seed=0,
         stats=stats,
@@ -56,7 +58,7 @@ def test_fedavg_round_is_the_size_weighted_mean_of_local_updates(small):
     s1 = alg.round(ctx, s0, 0)
     # replay the clients' local training by hand, from the same global weights and batch seeds
     jobs = [ctx.job(s0.models[0], (i,), False, seed=(0, i)) for i in range(small.federation.num_clients)]
-    locals_ = LoopEngine(SGDConfig(batch_size=16)).train(ctx.make_model(False), jobs)
+    locals_ = LoopEngine(SGDConfig(batch_size=16)).train(ctx.plain_model, jobs)
     expected = weighted_average([r.params for r in locals_], small.federation.sizes())
     for k in expected:
         assert torch.allclose(s1.models[0][k], expected[k], atol=1e-6)

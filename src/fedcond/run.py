@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 import torch
 
 from .algorithms import make_algorithm
+from .engine import SGDConfig, make_engine
 from .protocol import Protocol
 from .scenarios import Scenario, make_scenario
 from .simulate import MethodResult, run_method
@@ -84,12 +85,21 @@ def run_methods(
     workers: int = 1,
     on_round: Callable[[str, int], None] | None = None,
 ) -> Iterator[MethodResult]:
-    """Yield each method's result as soon as it finishes (in completion order)."""
-    if workers <= 1 or len(methods) <= 1:
+    """Yield each method's result as soon as it finishes (in completion order).
+
+    With at least as many methods as workers, methods run side by side, one per process; with
+    fewer, they run one after another and their clients are spread over the workers instead.
+    """
+    if workers <= 1 or len(methods) < workers:
         torch.set_num_threads(1)
         scenario = spec.build()
-        for m in methods:
-            yield run_method(scenario, m, protocol, seed, on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None)
+        engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers)
+        try:
+            for m in methods:
+                yield run_method(scenario, m, protocol, seed, engine=engine,
+                                 on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None)
+        finally:
+            engine.close()
         return
     ctx = mp.get_context("spawn")
     manager = ctx.Manager()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -11,9 +12,9 @@ import torch
 
 from . import stats as S
 from .algorithms import Context, State, hyperparameters, make_algorithm
-from .engine import LoopEngine, SGDConfig, predict
+from .engine import Engine, SGDConfig, make_engine, predict
 from .errors import FedcondError
-from .models import model_for
+from .models import ModelSpec
 from .protocol import Protocol
 from .scenarios import Scenario
 
@@ -49,7 +50,7 @@ def client_statistics(scenario: Scenario, protocol: Protocol) -> tuple[np.ndarra
 
 def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float], float]:
     """Accuracy of every client on its own test set with the model the algorithm assigns it."""
-    model = ctx.model(conditioned)
+    model = ctx.spec(conditioned).build()
     per_client, correct, total = [], 0, 0
     for i, c in enumerate(ctx.federation.clients):
         s = ctx.client_stats(i, c.n_test) if conditioned else None
@@ -68,22 +69,24 @@ def run_method(
     on_round: Callable[[int, State], None] | None = None,
     stats: torch.Tensor | None = None,
     hyper: dict | None = None,
+    engine: Engine | None = None,
 ) -> MethodResult:
-    """Train one method on one scenario for protocol.epochs passes; evaluate on local test sets."""
+    """Train one method on one scenario for protocol.epochs passes; evaluate on local test sets.
+
+    `engine` defaults to the in-process loop; pass a PoolEngine to spread clients over processes.
+    """
     start = time.perf_counter()
     alg = make_algorithm(method, **(hyper or {}))
     fed = scenario.federation
     if alg.conditioned and stats is None:
         stats = client_statistics(scenario, protocol)[1]
 
-    def make_model(conditioned: bool):
-        stat_dim = protocol.num_eigenvalues if conditioned else 0
-        return model_for(fed.input_shape, fed.num_classes, stat_dim, protocol.conditioning, fed.mean, fed.std)
-
+    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
     ctx = Context(
         federation=fed,
-        make_model=make_model,
-        engine=LoopEngine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size)),
+        plain_model=plain,
+        conditioned_model=dataclasses.replace(plain, stat_dim=protocol.num_eigenvalues) if alg.conditioned else None,
+        engine=engine or make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size)),
         seed=seed,
         local_epochs=protocol.local_epochs if alg.federated else 1,
         stats=stats if alg.conditioned else None,

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
-import torch.nn as nn
 
-from ..engine import Job, LoopEngine, Params, SGDConfig, clone_params
+from ..engine import Engine, Job, Params, SGDConfig, clone_params
+from ..models import ModelSpec
 from ..scenarios import Federation, GroundTruth
 
 
@@ -24,8 +24,9 @@ class Context:
     """Everything an algorithm may read. `truth` is None unless the algorithm is an oracle."""
 
     federation: Federation
-    make_model: Callable[[bool], nn.Module]  # conditioned? -> a fresh backbone
-    engine: LoopEngine
+    plain_model: ModelSpec  # the baselines' backbone
+    conditioned_model: ModelSpec | None  # the same backbone taking s (None: no statistics in this run)
+    engine: Engine
     seed: int
     local_epochs: int = 1
     stats: torch.Tensor | None = None  # float32 [N, L] normalised client statistics
@@ -40,15 +41,12 @@ class Context:
         """Fresh weights, drawn from a stream named by (seed, purpose 'init', model index)."""
         gen_state = torch.random.get_rng_state()
         torch.manual_seed(int(np.random.SeedSequence([self.seed, 0x1417, index]).generate_state(1)[0]))
-        params = clone_params(self.make_model(conditioned).state_dict())
+        params = clone_params(self.spec(conditioned).build().state_dict())
         torch.random.set_rng_state(gen_state)
         return params
 
-    def model(self, conditioned: bool) -> nn.Module:
-        key = ("model", conditioned)
-        if key not in self._cache:
-            self._cache[key] = self.make_model(conditioned)
-        return self._cache[key]
+    def spec(self, conditioned: bool) -> ModelSpec:
+        return self.conditioned_model if conditioned else self.plain_model
 
     def client_stats(self, i: int, n: int) -> torch.Tensor:
         return self.stats[i].expand(n, -1)  # [n, L]
@@ -58,8 +56,11 @@ class Context:
         key = ("pool", members, conditioned)
         if key not in self._cache:
             cs = [self.federation.clients[i] for i in members]
-            x = torch.cat([c.x_train for c in cs])  # [n, C, H, W]
-            y = torch.cat([c.y_train for c in cs])  # [n]
+            if len(members) == 1:  # a single client's own tensors, no copy
+                x, y = cs[0].x_train, cs[0].y_train
+            else:
+                x = torch.cat([c.x_train for c in cs])  # [n, C, H, W]
+                y = torch.cat([c.y_train for c in cs])  # [n]
             s = torch.cat([self.client_stats(i, c.n_train) for i, c in zip(members, cs)]) if conditioned else None  # [n, L]
             self._cache[key] = (x, y, s)
         return self._cache[key]

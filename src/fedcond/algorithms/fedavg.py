@@ -29,7 +29,7 @@ class FedAvg:
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
         jobs = [ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
-        results = ctx.engine.train(ctx.model(self.conditioned), jobs)
+        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         sizes = ctx.federation.sizes()
         new = weighted_average([res.params for res in results], sizes)
         loss = float(np.average([res.mean_loss for res in results], weights=sizes))

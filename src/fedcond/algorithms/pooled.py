@@ -38,7 +38,7 @@ class PooledTraining:
             ctx.job(state.models[g], members, self.conditioned, seed=(r, g), momentum=state.momentum[g])
             for g, members in enumerate(groups)
         ]
-        results = ctx.engine.train(ctx.model(self.conditioned), jobs)
+        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         loss = float(np.average([res.mean_loss for res in results], weights=[len(j.y) for j in jobs]))
         return State(
             models=tuple(res.params for res in results),

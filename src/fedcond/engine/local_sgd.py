@@ -80,49 +80,61 @@ def clone_params(params: Params) -> Params:
 
 
 class LoopEngine:
-    """The reference backend: one job after another on one model object."""
+    """The reference backend: one job after another, in this process, on one model object per spec."""
 
     name = "loop"
 
     def __init__(self, sgd: SGDConfig = SGDConfig()):
         self.sgd = sgd
+        self._models: dict = {}
 
-    def train(self, model: nn.Module, jobs: list[Job]) -> list[JobResult]:
-        model = model.to(memory_format=torch.channels_last)
-        return [self._train_one(model, job) for job in jobs]
+    def model(self, spec) -> nn.Module:
+        """One working model per ModelSpec, reused across jobs (weights are loaded per job)."""
+        if spec not in self._models:
+            self._models[spec] = spec.build().to(memory_format=torch.channels_last)
+        return self._models[spec]
 
-    def _train_one(self, model: nn.Module, job: Job) -> JobResult:
-        sgd = job.sgd or self.sgd
-        model.load_state_dict(job.params)
-        model.train()
-        params = [p for p in model.parameters()]
-        names = [n for n, _ in model.named_parameters()]
-        opt = torch.optim.SGD(params, lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
-        if job.momentum is not None and sgd.momentum > 0:
-            for name, p in zip(names, params):
-                opt.state[p]["momentum_buffer"] = job.momentum[name].clone()
-        x_all = _channels_last(job.x)
-        batches = batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed)
-        losses, epoch_losses, per_epoch = [], [], max(1, len(batches) // max(1, job.epochs))  # every epoch has as many batches
-        for step, idx in enumerate(batches):
-            idx_t = torch.from_numpy(idx)
-            xb, yb = x_all[idx_t], job.y[idx_t]
-            sb = None if job.s is None else job.s[idx_t]
-            loss = F.cross_entropy(model(xb, sb), yb)
-            if job.extra_loss is not None:
-                loss = loss + job.extra_loss(model)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.detach())
-            if (step + 1) % per_epoch == 0:
-                epoch_losses.append(float(torch.stack(losses[-per_epoch:]).mean()))  # host sync once per epoch
-        momentum = {
-            name: opt.state[p]["momentum_buffer"].detach().clone() if "momentum_buffer" in opt.state[p] else torch.zeros_like(p)
-            for name, p in zip(names, params)
-        }
-        mean_loss = float(torch.stack(losses).mean()) if losses else float("nan")
-        return JobResult(clone_params(model.state_dict()), momentum, mean_loss, len(losses), epoch_losses)
+    def train(self, spec, jobs: list[Job]) -> list[JobResult]:
+        model = self.model(spec)
+        return [train_job(model, job, self.sgd) for job in jobs]
+
+    def close(self) -> None:
+        pass
+
+
+def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
+    """Run one job on `model` (weights replaced by the job's): minibatch SGD with momentum."""
+    sgd = job.sgd or default_sgd
+    model.load_state_dict(job.params)
+    model.train()
+    params = [p for p in model.parameters()]
+    names = [n for n, _ in model.named_parameters()]
+    opt = torch.optim.SGD(params, lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+    if job.momentum is not None and sgd.momentum > 0:
+        for name, p in zip(names, params):
+            opt.state[p]["momentum_buffer"] = job.momentum[name].clone()
+    x_all = _channels_last(job.x)
+    batches = batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed)
+    losses, epoch_losses, per_epoch = [], [], max(1, len(batches) // max(1, job.epochs))  # every epoch has as many batches
+    for step, idx in enumerate(batches):
+        idx_t = torch.from_numpy(idx)
+        xb, yb = x_all[idx_t], job.y[idx_t]
+        sb = None if job.s is None else job.s[idx_t]
+        loss = F.cross_entropy(model(xb, sb), yb)
+        if job.extra_loss is not None:
+            loss = loss + job.extra_loss(model)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+        if (step + 1) % per_epoch == 0:
+            epoch_losses.append(float(torch.stack(losses[-per_epoch:]).mean()))  # host sync once per epoch
+    momentum = {
+        name: opt.state[p]["momentum_buffer"].detach().clone() if "momentum_buffer" in opt.state[p] else torch.zeros_like(p)
+        for name, p in zip(names, params)
+    }
+    mean_loss = float(torch.stack(losses).mean()) if losses else float("nan")
+    return JobResult(clone_params(model.state_dict()), momentum, mean_loss, len(losses), epoch_losses)
 
 
 @torch.no_grad()
