@@ -41,12 +41,41 @@ def test_pool_equals_loop_bitwise_unequal_clients():
 
 
 def test_balanced_chunks_cover_every_job_once():
-    class J:
-        def __init__(self, n):
-            self.y, self.epochs = np.zeros(n), 1
-
-    jobs = [J(n) for n in (300, 10, 250, 40, 40, 5, 120)]
-    chunks = _balanced_chunks(jobs, 3)
+    work = [300, 10, 250, 40, 40, 5, 120]
+    chunks = _balanced_chunks(work, 3)
     assert sorted(i for c in chunks for i in c) == list(range(7))
-    loads = [sum(len(jobs[i].y) for i in c) for c in chunks]
+    loads = [sum(work[i] for i in c) for c in chunks]
     assert max(loads) - min(loads) <= 300
+
+
+def test_regulariser_equals_the_loss_terms_it_stands_for():
+    from fedcond.engine import Regulariser
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    anchor = {k: torch.randn_like(v) for k, v in lin.named_parameters()}
+    linear = {k: torch.randn_like(v) for k, v in lin.named_parameters()}
+    x = torch.randn(5, 3)
+    # autograd through mu/2 ||w - a||^2 + <w, l>
+    loss = lin(x).pow(2).sum() + sum(0.3 / 2 * (p - anchor[k]).pow(2).sum() + (p * linear[k]).sum() for k, p in lin.named_parameters())
+    loss.backward()
+    expected = {k: p.grad.clone() for k, p in lin.named_parameters()}
+    lin.zero_grad()
+    lin(x).pow(2).sum().backward()
+    Regulariser(mu=0.3, anchor=anchor, linear=linear).apply(list(lin.named_parameters()))
+    for k, p in lin.named_parameters():
+        assert torch.allclose(p.grad, expected[k], atol=1e-6)
+
+
+def test_pool_losses_equal_loop_losses():
+    data = tagged_dataset(n_train=200, n_test=50)
+    sc = make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=2, seed=0)
+    fed = sc.federation
+    spec = ModelSpec(fed.input_shape, fed.num_classes, 0, "concat", fed.mean, fed.std)
+    params = spec.build().state_dict()
+    items = [(params, c.x_train, c.y_train, None) for c in fed.clients]
+    pool = PoolEngine(SGDConfig(), workers=2)
+    try:
+        assert pool.losses(spec, items) == LoopEngine(SGDConfig()).losses(spec, items)
+    finally:
+        pool.close()

@@ -7,7 +7,8 @@ Backends share one interface, `train(model_spec, jobs) -> results` (in job order
 
 from typing import Union
 
-from .local_sgd import Job, JobResult, LoopEngine, Params, SGDConfig, batch_order, clone_params, predict, train_job, weighted_average
+from .local_sgd import (Job, JobResult, LoopEngine, Params, Regulariser, SGDConfig, batch_order, clone_params, mean_loss,
+                        predict, train_job, weighted_average)
 from .pool import PoolEngine
 
 Engine = Union[LoopEngine, PoolEngine]
@@ -19,4 +20,4 @@ def make_engine(sgd: SGDConfig, workers: int = 1) -> Engine:
 
 
 __all__ = ["Engine", "Job", "JobResult", "LoopEngine", "Params", "PoolEngine", "SGDConfig", "batch_order", "clone_params",
-           "make_engine", "predict", "train_job", "weighted_average"]
+           "Regulariser", "make_engine", "mean_loss", "predict", "train_job", "weighted_average"]

@@ -42,7 +42,32 @@ class Job:
     seed: tuple[int, ...]  # names this job's batch-order stream
     momentum: Params | None = None  # carried-over momentum buffers (None: start from zero)
     sgd: SGDConfig | None = None  # overrides the engine's optimiser (e.g. Ditto's plain SGD)
-    extra_loss: Callable[[nn.Module], torch.Tensor] | None = None  # e.g. a proximal term
+    regulariser: "Regulariser | None" = None  # proximal / linear terms (FedProx, SCAFFOLD, FedDyn, FedDC, Ditto)
+    loss_fn: Callable | None = None  # picklable (model, x, s, y) -> loss; replaces cross-entropy (FedProc, JDFL)
+
+
+@dataclass
+class Regulariser:
+    """Adds mu/2 ||theta - anchor||^2 + <theta, linear> to a job's loss.
+
+    Applied to the gradients directly (g += mu (theta - anchor) + linear), which is the same
+    update without differentiating through the terms. Parameters absent from `anchor` or
+    `linear` get no term. Buffers (batch-norm statistics) never do.
+    """
+
+    mu: float = 0.0
+    anchor: Params | None = None
+    linear: Params | None = None
+
+    def apply(self, named_params: list[tuple[str, torch.Tensor]]) -> None:
+        with torch.no_grad():
+            for name, p in named_params:
+                if p.grad is None:
+                    continue
+                if self.mu and self.anchor is not None and name in self.anchor:
+                    p.grad.add_(p - self.anchor[name], alpha=self.mu)
+                if self.linear is not None and name in self.linear:
+                    p.grad.add_(self.linear[name])
 
 
 @dataclass
@@ -98,6 +123,11 @@ class LoopEngine:
         model = self.model(spec)
         return [train_job(model, job, self.sgd) for job in jobs]
 
+    def losses(self, spec, items: list[tuple]) -> list[float]:
+        """Mean loss for each (params, x, y, s)."""
+        model = self.model(spec)
+        return [mean_loss(model, *item) for item in items]
+
     def close(self) -> None:
         pass
 
@@ -107,8 +137,8 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
     sgd = job.sgd or default_sgd
     model.load_state_dict(job.params)
     model.train()
-    params = [p for p in model.parameters()]
-    names = [n for n, _ in model.named_parameters()]
+    named = list(model.named_parameters())
+    names, params = [n for n, _ in named], [p for _, p in named]
     opt = torch.optim.SGD(params, lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
     if job.momentum is not None and sgd.momentum > 0:
         for name, p in zip(names, params):
@@ -120,11 +150,11 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
         idx_t = torch.from_numpy(idx)
         xb, yb = x_all[idx_t], job.y[idx_t]
         sb = None if job.s is None else job.s[idx_t]
-        loss = F.cross_entropy(model(xb, sb), yb)
-        if job.extra_loss is not None:
-            loss = loss + job.extra_loss(model)
+        loss = job.loss_fn(model, xb, sb, yb) if job.loss_fn is not None else F.cross_entropy(model(xb, sb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if job.regulariser is not None:
+            job.regulariser.apply(named)
         opt.step()
         losses.append(loss.detach())
         if (step + 1) % per_epoch == 0:
@@ -135,6 +165,19 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
     }
     mean_loss = float(torch.stack(losses).mean()) if losses else float("nan")
     return JobResult(clone_params(model.state_dict()), momentum, mean_loss, len(losses), epoch_losses)
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | None,
+              batch_size: int = 1024) -> float:
+    """Mean cross-entropy of the model with `params` on (x, y[, s]), in eval mode (IFCA's cluster choice)."""
+    model.load_state_dict(params)
+    model.eval()
+    total = 0.0
+    for i in range(0, x.shape[0], batch_size):
+        sb = None if s is None else s[i : i + batch_size]
+        total += float(F.cross_entropy(model(_channels_last(x[i : i + batch_size]), sb), y[i : i + batch_size], reduction="sum"))
+    return total / max(1, x.shape[0])
 
 
 @torch.no_grad()

@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the shared-memory tensor reductions)
 
-from .local_sgd import Job, JobResult, SGDConfig, train_job
+from .local_sgd import Job, JobResult, LoopEngine, SGDConfig, mean_loss, train_job
 
 _models: dict = {}  # worker side: one working model per ModelSpec
 
@@ -27,10 +27,18 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def _train_chunk(spec, jobs: list[Job], sgd: SGDConfig) -> list[JobResult]:
+def _model(spec):
     if spec not in _models:
         _models[spec] = spec.build().to(memory_format=torch.channels_last)
-    return [train_job(_models[spec], job, sgd) for job in jobs]
+    return _models[spec]
+
+
+def _train_chunk(spec, jobs: list[Job], sgd: SGDConfig) -> list[JobResult]:
+    return [train_job(_model(spec), job, sgd) for job in jobs]
+
+
+def _loss_chunk(spec, items: list[tuple]) -> list[float]:
+    return [mean_loss(_model(spec), *item) for item in items]
 
 
 class PoolEngine:
@@ -42,6 +50,7 @@ class PoolEngine:
         self.sgd = sgd
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
+        self._local = LoopEngine(sgd)  # single jobs skip the round trip
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -51,16 +60,23 @@ class PoolEngine:
 
     def train(self, spec, jobs: list[Job]) -> list[JobResult]:
         if len(jobs) <= 1:  # nothing to spread; skip the round trip
-            from .local_sgd import LoopEngine
+            return self._local.train(spec, jobs)
+        work = [len(j.y) * j.epochs for j in jobs]
+        return self._spread(_train_chunk, spec, jobs, work, self.sgd)
 
-            return LoopEngine(self.sgd).train(spec, jobs)
-        chunks = _balanced_chunks(jobs, self.workers * 4)  # a few chunks per worker evens out unequal clients
-        futures = [self._executor().submit(_train_chunk, spec, [jobs[i] for i in chunk], self.sgd) for chunk in chunks]
-        out: list[JobResult | None] = [None] * len(jobs)
+    def losses(self, spec, items: list[tuple]) -> list[float]:
+        if len(items) <= 1:
+            return self._local.losses(spec, items)
+        return self._spread(_loss_chunk, spec, items, [len(item[2]) for item in items])
+
+    def _spread(self, fn, spec, items: list, work: list[int], *extra) -> list:
+        chunks = _balanced_chunks(work, self.workers * 4)  # a few chunks per worker evens out unequal clients
+        futures = [self._executor().submit(fn, spec, [items[i] for i in chunk], *extra) for chunk in chunks]
+        out: list = [None] * len(items)
         for chunk, fut in zip(chunks, futures):
             for i, res in zip(chunk, fut.result()):
                 out[i] = res
-        return out  # type: ignore[return-value]
+        return out
 
     def close(self) -> None:
         if self._pool is not None:
@@ -71,13 +87,13 @@ class PoolEngine:
         self.close()
 
 
-def _balanced_chunks(jobs: list[Job], n_chunks: int) -> list[list[int]]:
-    """Job indices in n_chunks groups of similar work (samples x epochs), largest first (LPT)."""
-    order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i].y) * jobs[i].epochs)
-    n_chunks = max(1, min(n_chunks, len(jobs)))
+def _balanced_chunks(work: list[int], n_chunks: int) -> list[list[int]]:
+    """Item indices in n_chunks groups of similar total work, largest first (LPT scheduling)."""
+    order = sorted(range(len(work)), key=lambda i: -work[i])
+    n_chunks = max(1, min(n_chunks, len(work)))
     loads, chunks = [0] * n_chunks, [[] for _ in range(n_chunks)]
     for i in order:
         k = loads.index(min(loads))
         chunks[k].append(i)
-        loads[k] += len(jobs[i].y) * jobs[i].epochs
+        loads[k] += work[i]
     return [sorted(c) for c in chunks if c]
