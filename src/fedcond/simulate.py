@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from . import stats as S
-from .algorithms import Context, State, hyperparameters, make_algorithm
+from .algorithms import Algorithm, Context, State, hyperparameters, make_algorithm
 from .engine import Engine, SGDConfig, make_engine, predict
 from .errors import FedcondError
 from .models import ModelSpec
@@ -63,7 +63,7 @@ def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float]
 
 def run_method(
     scenario: Scenario,
-    method: str,
+    method: "str | Algorithm",
     protocol: Protocol,
     seed: int = 0,
     on_round: Callable[[int, State], None] | None = None,
@@ -76,7 +76,8 @@ def run_method(
     `engine` defaults to the in-process loop; pass a PoolEngine to spread clients over processes.
     """
     start = time.perf_counter()
-    alg = make_algorithm(method, **(hyper or {}))
+    alg = make_algorithm(method, **(hyper or {})) if isinstance(method, str) else method
+    method = method if isinstance(method, str) else type(alg).__name__
     fed = scenario.federation
     if alg.conditioned and stats is None:
         stats = client_statistics(scenario, protocol)[1]
