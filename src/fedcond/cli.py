@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = data_sub.add_parser(name, help=text)
         p.add_argument("name")
         p.add_argument("--data-dir")
+        if name == "download":
+            p.add_argument("--force", action="store_true", help="fetch again even if a verified copy is present")
     return parser
 
 
@@ -147,7 +149,7 @@ def _data(args) -> int:
     if args.data_command == "verify":
         print(data.verify(args.name, args.data_dir))
         return 0
-    paths = data.download(args.name, args.data_dir)
+    paths = data.download(args.name, args.data_dir, force=args.force)
     for p in paths:
         print(p)
     return 0

@@ -61,6 +61,26 @@ def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float]
     return per_client, correct / max(1, total)
 
 
+def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: int = 0,
+                 engine: Engine | None = None, stats: torch.Tensor | None = None) -> Context:
+    """What `alg` may see of `scenario`: the clients' data, the model specs, the engine; the
+    statistics only if it is conditioned, the true clusters only if it is an oracle."""
+    fed = scenario.federation
+    if alg.conditioned and stats is None:
+        stats = client_statistics(scenario, protocol)[1]
+    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
+    return Context(
+        federation=fed,
+        plain_model=plain,
+        conditioned_model=dataclasses.replace(plain, stat_dim=protocol.num_eigenvalues) if alg.conditioned else None,
+        engine=engine or make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size)),
+        seed=seed,
+        local_epochs=protocol.local_epochs if alg.federated else 1,
+        stats=stats if alg.conditioned else None,
+        truth=scenario.truth if alg.needs_truth else None,
+    )
+
+
 def run_method(
     scenario: Scenario,
     method: "str | Algorithm",
@@ -78,21 +98,7 @@ def run_method(
     start = time.perf_counter()
     alg = make_algorithm(method, **(hyper or {})) if isinstance(method, str) else method
     method = method if isinstance(method, str) else type(alg).__name__
-    fed = scenario.federation
-    if alg.conditioned and stats is None:
-        stats = client_statistics(scenario, protocol)[1]
-
-    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
-    ctx = Context(
-        federation=fed,
-        plain_model=plain,
-        conditioned_model=dataclasses.replace(plain, stat_dim=protocol.num_eigenvalues) if alg.conditioned else None,
-        engine=engine or make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size)),
-        seed=seed,
-        local_epochs=protocol.local_epochs if alg.federated else 1,
-        stats=stats if alg.conditioned else None,
-        truth=scenario.truth if alg.needs_truth else None,
-    )
+    ctx = make_context(scenario, alg, protocol, seed, engine, stats)
     rounds = protocol.rounds if alg.federated else protocol.epochs  # pooled methods: one epoch per round
     state = alg.init(ctx)
     for r in range(rounds):
@@ -102,6 +108,11 @@ def run_method(
         if on_round is not None:
             on_round(r, state)
     per_client, weighted = evaluate(ctx, state, alg.conditioned)
+    extra = dict(state.extra.get("metrics", {}))
+    if "assignment" in state.extra:  # clustering methods: how well they recovered the true clusters
+        from sklearn.metrics import adjusted_rand_score
+
+        extra["ari"] = float(adjusted_rand_score(scenario.truth.cluster, np.asarray(state.extra["assignment"])))
     return MethodResult(
         method=method,
         accuracy=float(np.mean(per_client)),
@@ -112,4 +123,5 @@ def run_method(
         train_loss=state.train_loss,
         rounds=rounds,
         hyperparameters=hyperparameters(alg),
+        extra=extra,
     )

@@ -1,0 +1,158 @@
+"""Engine benchmark: local training of the MNIST CNN for 200 clients x 300 samples, one epoch.
+
+E1 MNIST K=2 super sparse (100 clients per cluster). Timed in one run, on this machine:
+  engine      the default backend for this device (CPU: PoolEngine, one single-thread process per core)
+  loop        the reference backend (one process, channels-last)
+  conventional  what PFLlib / FL-bench do: per client a model copy, a fresh optimiser and a
+              DataLoader, NCHW float32, torch's default thread count
+  ceiling     float32 matmul rate of all cores together (one single-thread process per core)
+Prints samples/s, achieved GFLOP/s (FLOPs of forward + backward counted by torch's FlopCounterMode),
+peak memory and the ratios; the last line is `engine/conventional: R.RRx achieved/ceiling: F.FF`.
+
+Usage: python benchmarks/engine.py [--clients 200] [--data-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import multiprocessing as mp
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from fedcond import data
+from fedcond.engine import Job, LoopEngine, PoolEngine, SGDConfig, batch_order
+from fedcond.models import ModelSpec
+from fedcond.scenarios import make_scenario
+
+
+def _matmul_worker(seconds: float, q) -> None:
+    torch.set_num_threads(1)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    for _ in range(3):
+        a @ b
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        n += 1
+    q.put(2 * 1024**3 * n / (time.perf_counter() - start))
+
+
+def matmul_ceiling(procs: int, seconds: float = 3.0) -> float:
+    """Sum of the fp32 matmul rates of `procs` concurrent single-thread processes, in FLOP/s."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=_matmul_worker, args=(seconds, q)) for _ in range(procs)]
+    for p in ps:
+        p.start()
+    rates = [q.get() for _ in ps]
+    for p in ps:
+        p.join()
+    return float(sum(rates))
+
+
+def flops_per_sample(spec: ModelSpec, batch: int = 64) -> float:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = spec.build()
+    x = torch.randint(0, 256, (batch, *spec.input_shape), dtype=torch.uint8)
+    y = torch.randint(0, spec.num_classes, (batch,))
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(x), y).backward()
+    return counter.get_total_flops() / batch
+
+
+def conventional(spec: ModelSpec, init, jobs: list[Job], sgd: SGDConfig, same_batches: bool):
+    """Per client: deepcopy, fresh SGD, DataLoader over float NCHW tensors."""
+    global_model = spec.build()
+    global_model.load_state_dict(init)
+    out = []
+    for job in jobs:
+        model = copy.deepcopy(global_model)
+        model.train()
+        opt = torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum)
+        ds = TensorDataset(job.x.float() / 255.0, job.y)
+        if same_batches:  # replay the engine's batch order, to compare results
+            sampler = [b.tolist() for b in batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed)]
+            loader = DataLoader(ds, batch_sampler=sampler)
+        else:
+            loader = DataLoader(ds, batch_size=sgd.batch_size, shuffle=True)
+        for xb, yb in loader:
+            loss = F.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        out.append(model.state_dict())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, default=200)
+    ap.add_argument("--data-dir")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+
+    torch.set_num_threads(1)
+    mnist = data.load("mnist", data_dir=args.data_dir)
+    sc = make_scenario("E1", "mnist", lambda n: mnist, k=2, clients_per_cluster=100, seed=0)
+    fed = sc.federation
+    clients = fed.clients[: args.clients]
+    spec = ModelSpec(fed.input_shape, fed.num_classes, 0, "concat", fed.mean, fed.std)
+    torch.manual_seed(0)
+    init = spec.build().state_dict()
+    sgd = SGDConfig()
+    jobs = [Job(params=init, x=c.x_train, y=c.y_train, s=None, epochs=1, seed=(0, i)) for i, c in enumerate(clients)]
+    samples = sum(len(j.y) for j in jobs)
+    fps = flops_per_sample(spec)
+    print(f"workload: {len(jobs)} clients, {samples} samples, 1 epoch, batch {sgd.batch_size}; "
+          f"{fps / 1e6:.1f} MFLOP per sample (forward + backward)")
+
+    def report(name, seconds):
+        rate = samples / seconds
+        print(f"{name:34s} {seconds:7.2f} s {rate:9.0f} samples/s {rate * fps / 1e9:7.1f} GFLOP/s")
+        return rate
+
+    # engine: the default backend on this device
+    pool = PoolEngine(sgd, workers=args.workers)
+    t = time.perf_counter()
+    pool.train(spec, jobs[: args.workers * 2])  # start the workers and share the data once
+    startup = time.perf_counter() - t
+    t = time.perf_counter()
+    engine_res = pool.train(spec, jobs)
+    engine_rate = report(f"engine (pool, {args.workers} x 1 thread)", time.perf_counter() - t)
+    print(f"  (worker start-up and first data transfer, excluded above: {startup:.2f} s)")
+    pool.close()
+
+    t = time.perf_counter()
+    loop_res = LoopEngine(sgd).train(spec, jobs)
+    report("loop backend (1 process)", time.perf_counter() - t)
+    identical = all(torch.equal(a.params[k], b.params[k]) for a, b in zip(engine_res, loop_res) for k in a.params)
+    print(f"  engine == loop backend, bitwise: {identical}")
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    t = time.perf_counter()
+    conventional(spec, init, jobs, sgd, same_batches=False)
+    conv_rate = report(f"conventional ({torch.get_num_threads()} threads, NCHW)", time.perf_counter() - t)
+    ref = conventional(spec, init, jobs[:5], sgd, same_batches=True)
+    diff = max(float((r[k] - e.params[k]).abs().max()) for r, e in zip(ref, engine_res[:5]) for k in r)
+    print(f"  conventional vs engine on the same batches (5 clients): max |diff| = {diff:.2e}")
+    torch.set_num_threads(1)
+
+    ceiling = matmul_ceiling(args.workers)
+    print(f"{'ceiling (fp32 matmul, ' + str(args.workers) + ' x 1 thread)':34s} {ceiling / 1e9:27.1f} GFLOP/s")
+    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    print(f"peak resident memory (largest process): {peak / 1024:.0f} MiB")
+    achieved = engine_rate * fps / ceiling
+    print(f"engine/conventional: {engine_rate / conv_rate:.2f}x achieved/ceiling: {achieved:.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
