@@ -1,0 +1,56 @@
+"""Gossip learning: decentralised averaging with one random peer (the paper's Gossip baseline; cf.
+Boyd et al., "Randomized Gossip Algorithms", IEEE Trans. Inf. Theory 2006, and Hegedus et al.,
+"Gossip learning as a decentralized alternative to federated learning", DAIS 2019).
+
+Every client i keeps its own model theta_i; all start from one shared, seeded initialisation.
+Round r:
+  1. local update: theta_i' = `local_epochs` of SGD on client i's data from theta_i (fresh
+     momentum, as in FedAvg: nothing but the weights is carried across rounds);
+  2. random pairing: a uniformly random perfect matching of the clients, drawn from the stream
+     (seed, PAIRING, r); each pair {i, j} sets theta_i = theta_j = (theta_i' + theta_j') / 2.
+     With an odd number of clients the one left out keeps theta_i'. No adaptive weights.
+Client i predicts with theta_i.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..engine import weighted_average
+from .base import Context, State
+
+PAIRING = 0x6055  # purpose of the random stream that draws each round's pairs
+
+
+def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int, int], ...]:
+    """A uniformly random perfect matching of range(num_clients); with an odd count one client is left out."""
+    perm = rng.permutation(num_clients)
+    return tuple((int(perm[k]), int(perm[k + 1])) for k in range(0, num_clients - 1, 2))
+
+
+@dataclass(frozen=True)
+class Gossip:
+    conditioned: ClassVar[bool] = False
+    needs_truth: ClassVar[bool] = False
+    federated: ClassVar[bool] = True
+
+    def init(self, ctx: Context) -> State:
+        n = ctx.federation.num_clients
+        w0 = ctx.init_params(self.conditioned)
+        return State(models=(w0,) * n, assignment=tuple(range(n)))
+
+    def round(self, ctx: Context, state: State, r: int) -> State:
+        n = ctx.federation.num_clients
+        jobs = [ctx.job(state.models[i], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
+        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
+        models = [res.params for res in results]  # the odd one out keeps its locally trained model
+        pairs = random_pairs(n, np.random.default_rng(np.random.SeedSequence([ctx.seed, PAIRING, r])))
+        for i, j in pairs:
+            models[i] = models[j] = weighted_average([results[i].params, results[j].params], np.ones(2))
+        sizes = ctx.federation.sizes()
+        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
+        return State(models=tuple(models), assignment=state.assignment, round=r + 1, train_loss=loss,
+                     extra={"pairs": pairs})
