@@ -1,0 +1,156 @@
+"""FedProc (Mu et al., "FedProc: Prototypical Contrastive Federated Learning on Non-IID Data",
+arXiv 2109.12273, 2021; Future Generation Computer Systems 2023).
+
+The server keeps one global prototype per class, P_k (L2-normalised), next to the FedAvg weights.
+Round t (0-based) of T = `rounds`: each participating client starts from the global weights and
+minimises, on its own data, the hybrid loss
+
+    L = (1 - t/T) L_pc + (t/T) L_ce,
+    L_pc = mean_b -log( exp(cos(z_b, P_{y_b}) / tau) / sum_{k present} exp(cos(z_b, P_k) / tau) ),
+
+where z_b = model.features(x_b, s_b) [B, D] is the representation fed to the classifier head
+(fc2) and L_ce the usual cross-entropy of fc2(z). The prototypical contrastive term dominates
+early (feature learning against the global class structure); the classifier's cross-entropy takes
+over as training proceeds. After training, each client computes its per-class mean features with
+its updated local model; the server averages them weighted by per-class counts (= the pooled class
+means), L2-normalises them, and sets the weights to sum_i n_i theta_i / sum_i n_i (FedAvg).
+Prototypes start from the initial model's features. A class that no client holds has no
+prototype and is left out of every softmax; a class that no participant of a round holds keeps
+its previous prototype; a sample whose class has no prototype gets no contrastive term.
+
+Provenance and choices:
+- The schedule (contrastive weight 1 - t/T, cross-entropy t/T) and the client-side prototypes
+  (class means under each client's updated model, sent with its weights) follow the paper as we
+  read it and a public re-implementation (alpha = 1 - round/T on the prototype loss); the authors
+  published no code that we could consult.
+- T is not known to an algorithm here (the context carries no round count), so it is the
+  hyper-parameter `rounds`; it must equal the protocol's number of rounds (default 20 = 20 epochs
+  of 1 local epoch). Past T the weight of L_pc stays 0.
+- No separate projection head: z is our backbone's FC-hidden layer, so every method trains the
+  same network. tau = 0.5 by default (MOON's value), an assumption.
+
+Momentum: the loss replaces cross-entropy as the job's `loss_fn`; momentum optimises it unchanged.
+Cost: one extra forward pass over each participant's data per round, in this process, for the
+local prototypes (what a client would do before uploading).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..engine import Params, weighted_average
+from ..errors import FedcondError
+from .base import Context, State
+from .fedprox import check_participation, participants
+
+
+@dataclass(frozen=True, eq=False)  # holds tensors: compared by identity
+class PrototypeContrastiveLoss:
+    """The FedProc client loss, (model, x, s, y) -> scalar; picklable, so worker processes can run it."""
+
+    prototypes: torch.Tensor  # float32 [K, D], L2-normalised rows
+    present: torch.Tensor  # bool [K]: classes that have a prototype
+    contrastive_weight: float  # 1 - t/T; cross-entropy gets t/T
+    temperature: float
+
+    def __call__(self, model, x: torch.Tensor, s: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+        z = model.features(x, s)  # [B, D]
+        ce = F.cross_entropy(model.fc2(z), y)
+        if self.contrastive_weight == 0.0:
+            return ce
+        sim = F.normalize(z, dim=1) @ self.prototypes.to(z.dtype).T / self.temperature  # [B, K] cosine / tau
+        sim = sim.masked_fill(~self.present, float("-inf"))  # absent classes leave the softmax
+        has = self.present[y]  # [B] samples whose class has a prototype
+        if has.any():
+            pc = F.cross_entropy(sim[has], y[has])
+        else:
+            pc = z.sum() * 0.0  # keeps the graph (and the gradient's dtype) without a term
+        return self.contrastive_weight * pc + (1.0 - self.contrastive_weight) * ce
+
+
+@torch.no_grad()
+def class_feature_sums(model, params: Params, x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | None,
+                       num_classes: int, batch_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-class sums of model.features [K, D] (float64) and counts [K], in eval mode."""
+    model.load_state_dict(params)
+    model.eval()
+    sums, counts = None, torch.zeros(num_classes, dtype=torch.float64)
+    for i in range(0, x.shape[0], batch_size):
+        sb = None if s is None else s[i : i + batch_size]
+        z = model.features(x[i : i + batch_size], sb).to(torch.float64)  # [b, D]
+        yb = y[i : i + batch_size]
+        if sums is None:
+            sums = torch.zeros(num_classes, z.shape[1], dtype=torch.float64)
+        sums = sums.index_add(0, yb, z)
+        counts = counts.index_add(0, yb, torch.ones_like(yb, dtype=torch.float64))
+    return sums, counts
+
+
+@dataclass(frozen=True)
+class FedProc:
+    rounds: int = 20  # T, the protocol's number of rounds (weights the two losses)
+    temperature: float = 0.5  # tau of the prototypical contrastive loss
+    participation: float = 1.0  # fraction of clients that train each round
+
+    conditioned: ClassVar[bool] = False
+    needs_truth: ClassVar[bool] = False
+    federated: ClassVar[bool] = True
+
+    def __post_init__(self):
+        if self.rounds < 1:
+            raise FedcondError(f"FedProc rounds must be at least 1, got {self.rounds}")
+        if self.temperature <= 0:
+            raise FedcondError(f"FedProc temperature must be positive, got {self.temperature}")
+        check_participation(self.participation)
+
+    def contrastive_weight(self, r: int) -> float:
+        return max(0.0, 1.0 - r / self.rounds)
+
+    def prototypes(self, ctx: Context, models: list[Params], members: tuple[int, ...],
+                   previous: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised global prototypes [K, D] and their presence mask [K] from each member's
+        class means under its own model (pooled: the count-weighted mean of the client means)."""
+        spec = ctx.spec(self.conditioned)
+        with torch.random.fork_rng(devices=[]):  # building draws initial weights; keep the caller's stream untouched
+            model = spec.build()
+        k = ctx.federation.num_classes
+        sums, counts = 0.0, torch.zeros(k, dtype=torch.float64)
+        for params, i in zip(models, members):
+            x, y, s = ctx.pooled((i,), self.conditioned)
+            if len(y) == 0:
+                continue
+            si, ci = class_feature_sums(model, params, x, y, s, k)
+            sums, counts = sums + si, counts + ci
+        seen = counts > 0  # [K]
+        means = sums / counts.clamp(min=1).unsqueeze(1)  # [K, D]
+        protos = F.normalize(means, dim=1).to(torch.float32)  # [K, D]
+        if previous is None:
+            return protos, seen
+        old, old_present = previous
+        return torch.where(seen.unsqueeze(1), protos, old), seen | old_present
+
+    def init(self, ctx: Context) -> State:
+        w = ctx.init_params(self.conditioned)
+        n = ctx.federation.num_clients
+        protos, present = self.prototypes(ctx, [w] * n, tuple(range(n)), None)
+        return State(models=(w,), assignment=(0,) * n, extra={"prototypes": protos, "present": present})
+
+    def round(self, ctx: Context, state: State, r: int) -> State:
+        w = state.models[0]
+        loss_fn = PrototypeContrastiveLoss(state.extra["prototypes"], state.extra["present"],
+                                           self.contrastive_weight(r), self.temperature)
+        active = participants(ctx, r, self.participation)
+        jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i), loss_fn=loss_fn) for i in active]
+        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
+        sizes = ctx.federation.sizes()[list(active)]
+        new = weighted_average([res.params for res in results], sizes)
+        protos, present = self.prototypes(ctx, [res.params for res in results], active,
+                                          (state.extra["prototypes"], state.extra["present"]))
+        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
+        return State(models=(new,), assignment=state.assignment, round=r + 1, train_loss=loss,
+                     extra={"prototypes": protos, "present": present})

@@ -1,0 +1,85 @@
+"""FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020).
+
+Round r: every participating client starts from the global weights w_r and runs `local_epochs`
+of SGD on its proximal objective
+
+    h_i(theta) = L_i(theta) + mu/2 ||theta - w_r||^2,
+
+and the server sets w_{r+1} = sum_i n_i theta_i / sum_i n_i over the participants (as our FedAvg).
+The proximal gradient mu (theta - w_r) is added to each minibatch gradient before the optimiser
+step, so with SGD momentum it enters the momentum buffer like any gradient: momentum optimises
+h_i, it does not change it. Only parameters get the term, never buffers. With mu = 0 a round is
+FedAvg's, bit for bit.
+
+Also home to the two helpers the other drift-correcting optimisers share: the seeded client
+sample (`participants`) and the names of a model's trainable parameters (`parameter_names`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from ..engine import Regulariser, weighted_average
+from ..errors import FedcondError
+from .base import Context, State
+
+_CLIENT_SAMPLING = 0xC11E  # names the random stream of client sampling (shared by every algorithm here)
+
+
+def participants(ctx: Context, r: int, fraction: float) -> tuple[int, ...]:
+    """The clients that train in round r: all of them, or round(fraction * N) (at least one) drawn
+    without replacement from a stream named by (seed, 'client sampling', r), so every algorithm
+    with the same fraction sees the same draws."""
+    n = ctx.federation.num_clients
+    if fraction >= 1.0:
+        return tuple(range(n))
+    m = max(1, int(round(fraction * n)))
+    rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, _CLIENT_SAMPLING, r]))
+    return tuple(sorted(int(i) for i in rng.choice(n, size=m, replace=False)))
+
+
+@functools.lru_cache(maxsize=None)
+def parameter_names(spec) -> tuple[str, ...]:
+    """Names of the model's trainable parameters (the state_dict keys that get correction terms;
+    the rest are buffers such as batch-norm statistics)."""
+    with torch.random.fork_rng(devices=[]):  # building draws initial weights; keep the caller's stream untouched
+        return tuple(name for name, _ in spec.build().named_parameters())
+
+
+def check_participation(fraction: float) -> None:
+    if not 0.0 < fraction <= 1.0:
+        raise FedcondError(f"participation must be in (0, 1], got {fraction}")
+
+
+@dataclass(frozen=True)
+class FedProx:
+    mu: float = 0.01  # proximal weight; 0 gives FedAvg
+    participation: float = 1.0  # fraction of clients that train each round
+
+    conditioned: ClassVar[bool] = False
+    needs_truth: ClassVar[bool] = False
+    federated: ClassVar[bool] = True
+
+    def __post_init__(self):
+        if self.mu < 0:
+            raise FedcondError(f"FedProx mu must be >= 0, got {self.mu}")
+        check_participation(self.participation)
+
+    def init(self, ctx: Context) -> State:
+        return State(models=(ctx.init_params(self.conditioned),), assignment=(0,) * ctx.federation.num_clients)
+
+    def round(self, ctx: Context, state: State, r: int) -> State:
+        w = state.models[0]
+        active = participants(ctx, r, self.participation)
+        prox = Regulariser(mu=self.mu, anchor=w)  # the same anchor for everyone: the broadcast weights
+        jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i), regulariser=prox) for i in active]
+        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
+        sizes = ctx.federation.sizes()[list(active)]
+        new = weighted_average([res.params for res in results], sizes)
+        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
+        return State(models=(new,), assignment=state.assignment, round=r + 1, train_loss=loss)
