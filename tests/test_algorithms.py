@@ -4,7 +4,7 @@ import torch
 
 from fedcond_testing import tagged_dataset
 from fedcond.algorithms import ALGORITHMS, Context, make_algorithm, resolve_methods
-from fedcond.engine import Job, LoopEngine, SGDConfig, batch_order, weighted_average
+from fedcond.engine import LoopEngine, SGDConfig, batch_order, weighted_average
 from fedcond.errors import FedcondError
 from fedcond.models import ModelSpec
 from fedcond.protocol import Protocol
@@ -98,7 +98,7 @@ def test_same_seed_same_numbers(small):
 
 
 def test_methods_resolve():
-    assert resolve_methods("all") == ["Local", "FedAvg", "Oracle", "Conditional"]
+    assert resolve_methods("all") == ["Local", "FedAvg", "Gossip", "Ditto", "IFCA", "DAC", "Oracle", "Conditional"]
     assert resolve_methods("fedavg,conditional-fedavg") == ["FedAvg", "Conditional-FedAvg"]
     with pytest.raises(FedcondError, match="unknown method"):
         resolve_methods("FedAvg,Nope")

@@ -1,6 +1,5 @@
 """Every fast path has a slow twin: the process pool must reproduce the loop backend bitwise."""
 
-import numpy as np
 import torch
 
 from fedcond_testing import tagged_dataset

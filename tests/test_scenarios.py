@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedcond_testing import SHARED, sample_ids, shared_file
+from fedcond_testing import sample_ids
 from fedcond.errors import FedcondError
 from fedcond.scenarios import FAMILIES, make_scenario
 from fedcond.scenarios import groupings as G

@@ -76,6 +76,7 @@ def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: i
         engine=engine or make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size)),
         seed=seed,
         local_epochs=protocol.local_epochs if alg.federated else 1,
+        rounds=protocol.rounds if alg.federated else protocol.epochs,
         stats=stats if alg.conditioned else None,
         truth=scenario.truth if alg.needs_truth else None,
     )
@@ -96,10 +97,13 @@ def run_method(
     `engine` defaults to the in-process loop; pass a PoolEngine to spread clients over processes.
     """
     start = time.perf_counter()
-    alg = make_algorithm(method, **(hyper or {})) if isinstance(method, str) else method
+    if isinstance(method, str):
+        alg = make_algorithm(method, num_clusters=scenario.truth.num_clusters, **(hyper or {}))
+    else:
+        alg = method
     method = method if isinstance(method, str) else type(alg).__name__
     ctx = make_context(scenario, alg, protocol, seed, engine, stats)
-    rounds = protocol.rounds if alg.federated else protocol.epochs  # pooled methods: one epoch per round
+    rounds = ctx.rounds  # federated: epochs / local_epochs rounds; pooled: one epoch per round
     state = alg.init(ctx)
     for r in range(rounds):
         state = alg.round(ctx, state, r)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from fedcond_testing import tagged_dataset
 from fedcond.algorithms.base import Context, hyperparameters
 from fedcond.algorithms.dac import (DAC, DACLoss, cosine_matrix, sampling_probabilities, softmax, top_k_peers,
-                                    trainable_names, two_hop_priors)
+                                    parameter_names, two_hop_priors)
 from fedcond.algorithms.ditto import PERSONAL, Ditto
 from fedcond.algorithms.fedavg import FedAvg
 from fedcond.algorithms.gossip import PAIRING, Gossip, random_pairs
@@ -253,7 +253,7 @@ def test_dac_round_averages_uniformly_with_the_most_similar_peers(small):
     s0 = alg.init(ctx)
     s1 = alg.round(ctx, s0, 0)
     trained = replay_local(ctx, s0.models, 0)
-    names = trainable_names(ctx.plain_model)
+    names = parameter_names(ctx.plain_model)
     flat = torch.stack([torch.cat([m[k].reshape(-1) for k in names]) for m in trained]).double()  # [N, P]
     sim = F.cosine_similarity(flat[:, None], flat[None, :], dim=2)  # [N, N]
     for i in range(6):

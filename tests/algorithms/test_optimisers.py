@@ -24,7 +24,8 @@ from fedcond.algorithms.fedavg import FedAvg
 from fedcond.algorithms.feddc import FedDC
 from fedcond.algorithms.feddyn import FedDyn
 from fedcond.algorithms.fedproc import FedProc, PrototypeContrastiveLoss, class_feature_sums
-from fedcond.algorithms.fedprox import FedProx, parameter_names, participants
+from fedcond.algorithms.base import parameter_names, participants
+from fedcond.algorithms.fedprox import FedProx
 from fedcond.algorithms.scaffold import Scaffold, effective_steps
 from fedcond.engine import LoopEngine, SGDConfig, mean_loss
 from fedcond.errors import FedcondError

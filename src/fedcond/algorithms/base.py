@@ -8,6 +8,7 @@ them on `self`. A round is broadcast -> local update (through the engine) -> agg
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from ..engine import Engine, Job, Params, SGDConfig, clone_params
+from ..errors import FedcondError
 from ..models import ModelSpec
 from ..scenarios import Federation, GroundTruth
 
@@ -29,6 +31,7 @@ class Context:
     engine: Engine
     seed: int
     local_epochs: int = 1
+    rounds: int = 1  # total rounds of this run (FedProc's loss schedule needs T)
     stats: torch.Tensor | None = None  # float32 [N, L] normalised client statistics
     truth: GroundTruth | None = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
@@ -90,6 +93,34 @@ class Algorithm(Protocol):
     def init(self, ctx: Context) -> State: ...
 
     def round(self, ctx: Context, state: State, r: int) -> State: ...
+
+
+_CLIENT_SAMPLING = 0xC11E  # names the random stream of client sampling (shared by every algorithm here)
+
+
+def participants(ctx: Context, r: int, fraction: float) -> tuple[int, ...]:
+    """The clients that train in round r: all of them, or round(fraction * N) (at least one) drawn
+    without replacement from a stream named by (seed, 'client sampling', r), so every algorithm
+    with the same fraction sees the same draws."""
+    n = ctx.federation.num_clients
+    if fraction >= 1.0:
+        return tuple(range(n))
+    m = max(1, int(round(fraction * n)))
+    rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, _CLIENT_SAMPLING, r]))
+    return tuple(sorted(int(i) for i in rng.choice(n, size=m, replace=False)))
+
+
+@functools.lru_cache(maxsize=None)
+def parameter_names(spec) -> tuple[str, ...]:
+    """Names of the model's trainable parameters (the state_dict keys that get correction terms;
+    the rest are buffers such as batch-norm statistics)."""
+    with torch.random.fork_rng(devices=[]):  # building draws initial weights; keep the caller's stream untouched
+        return tuple(name for name, _ in spec.build().named_parameters())
+
+
+def check_participation(fraction: float) -> None:
+    if not 0.0 < fraction <= 1.0:
+        raise FedcondError(f"participation must be in (0, 1], got {fraction}")
 
 
 def hyperparameters(alg) -> dict:

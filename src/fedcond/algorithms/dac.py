@@ -32,7 +32,6 @@ The paper's settings: tau = 10, 5 sampled neighbours; the authors found it 4.2 p
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -41,15 +40,9 @@ import torch
 
 from ..engine import Params, weighted_average
 from ..errors import FedcondError
-from .base import Context, State
+from .base import parameter_names, Context, State
 
 SAMPLING = 0xDAC5  # purpose of the random stream that draws DACLoss's neighbours
-
-
-@functools.lru_cache(maxsize=None)
-def trainable_names(spec) -> tuple[str, ...]:
-    """State-dict keys of the model's trainable parameters (not its buffers)."""
-    return tuple(name for name, _ in spec.build().named_parameters())
 
 
 def cosine_matrix(models: list[Params], names: tuple[str, ...], chunk: int = 1 << 16) -> np.ndarray:
@@ -93,6 +86,7 @@ class DAC:
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
+    num_clusters_field: ClassVar[str] = "clusters"  # the runner fills it with the true K unless given
 
     def __post_init__(self):
         if self.clusters < 1 or (self.k is not None and self.k < 0):
@@ -109,7 +103,7 @@ class DAC:
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
         trained, loss = _local_update(self, ctx, state, r)
-        sim = cosine_matrix(trained, trainable_names(ctx.spec(self.conditioned)))  # [N, N]
+        sim = cosine_matrix(trained, parameter_names(ctx.spec(self.conditioned)))  # [N, N]
         neighbours = top_k_peers(sim, self.peers(n))
         models = tuple(weighted_average([trained[j] for j in (i, *neighbours[i])], np.ones(1 + len(neighbours[i])))
                        for i in range(n))

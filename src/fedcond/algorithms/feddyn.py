@@ -42,8 +42,7 @@ import numpy as np
 
 from ..engine import Regulariser, weighted_average
 from ..errors import FedcondError
-from .base import Context, State
-from .fedprox import check_participation, parameter_names, participants
+from .base import check_participation, parameter_names, participants, Context, State
 from .scaffold import zeros_like_params
 
 

@@ -45,8 +45,7 @@ import torch.nn.functional as F
 
 from ..engine import Params, weighted_average
 from ..errors import FedcondError
-from .base import Context, State
-from .fedprox import check_participation, participants
+from .base import check_participation, participants, Context, State
 
 
 @dataclass(frozen=True, eq=False)  # holds tensors: compared by identity
@@ -93,7 +92,7 @@ def class_feature_sums(model, params: Params, x: torch.Tensor, y: torch.Tensor, 
 
 @dataclass(frozen=True)
 class FedProc:
-    rounds: int = 20  # T, the protocol's number of rounds (weights the two losses)
+    rounds: int | None = None  # T, which weights the two losses; None: the run's number of rounds
     temperature: float = 0.5  # tau of the prototypical contrastive loss
     participation: float = 1.0  # fraction of clients that train each round
 
@@ -102,14 +101,15 @@ class FedProc:
     federated: ClassVar[bool] = True
 
     def __post_init__(self):
-        if self.rounds < 1:
+        if self.rounds is not None and self.rounds < 1:
             raise FedcondError(f"FedProc rounds must be at least 1, got {self.rounds}")
         if self.temperature <= 0:
             raise FedcondError(f"FedProc temperature must be positive, got {self.temperature}")
         check_participation(self.participation)
 
-    def contrastive_weight(self, r: int) -> float:
-        return max(0.0, 1.0 - r / self.rounds)
+    def contrastive_weight(self, r: int, total: int | None = None) -> float:
+        T = self.rounds if self.rounds is not None else (total or 1)
+        return max(0.0, 1.0 - r / T)
 
     def prototypes(self, ctx: Context, models: list[Params], members: tuple[int, ...],
                    previous: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,7 +143,7 @@ class FedProc:
     def round(self, ctx: Context, state: State, r: int) -> State:
         w = state.models[0]
         loss_fn = PrototypeContrastiveLoss(state.extra["prototypes"], state.extra["present"],
-                                           self.contrastive_weight(r), self.temperature)
+                                           self.contrastive_weight(r, ctx.rounds), self.temperature)
         active = participants(ctx, r, self.participation)
         jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i), loss_fn=loss_fn) for i in active]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)

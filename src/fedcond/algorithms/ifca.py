@@ -50,6 +50,7 @@ class IFCA:
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
+    num_clusters_field: ClassVar[str] = "k"  # the runner fills it with the true K unless given
 
     def __post_init__(self):
         if self.k < 1:

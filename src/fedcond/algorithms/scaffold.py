@@ -43,8 +43,7 @@ import torch
 
 from ..engine import Params, Regulariser, weighted_average
 from ..errors import FedcondError
-from .base import Context, State
-from .fedprox import check_participation, parameter_names, participants
+from .base import check_participation, parameter_names, participants, Context, State
 
 
 def effective_steps(k: int, momentum: float) -> float:
