@@ -49,10 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--local-epochs", type=_positive_int, help="federated methods: local epochs per round (default 1)")
     run.add_argument("--conditioning", choices=["concat", "film"], help="how Conditional takes s (default concat)")
     run.add_argument("--stats-normalisation", choices=["zscore", "log", "none"], help="default zscore (the paper's)")
+    run.add_argument("--encoder-source", choices=["cifar100", "cifar10", "pacs32"],
+                     help="CIFAR statistics: the cross-trained encoder to use (default: the other CIFAR, as in the paper)")
     run.add_argument("--workers", type=_positive_int, help="processes, one thread each (default: min(2, cores))")
     run.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
     run.add_argument("--json", action="store_true", help="print results as JSON")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    enc = sub.add_parser("encoder", help="the cross-trained encoder that gives CIFAR clients their statistics")
+    enc_sub = enc.add_subparsers(dest="encoder_command", required=True)
+    tr = enc_sub.add_parser("train", help="train it on the source dataset and cache it in the data directory")
+    tr.add_argument("--source", required=True, choices=["cifar100", "cifar10", "pacs32"],
+                    help="cifar100 (the paper's, for CIFAR-10 tasks), cifar10 (for CIFAR-100), pacs32 (stand-in without CIFAR-100)")
+    tr.add_argument("--epochs", type=_positive_int, default=50, help="default 50 (the paper's)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--data-dir", help="where the source data is read and the encoder is written")
+    tr.add_argument("--out-dir", help="write the encoder here instead of the data directory")
 
     scen = sub.add_parser("scenario", help="inspect scenarios")
     scen_sub = scen.add_subparsers(dest="scenario_command", required=True)
@@ -83,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             return _describe(args)
         if args.command == "data":
             return _data(args)
+        if args.command == "encoder":
+            return _encoder(args)
     except FedcondError as e:
         print(f"fedcond: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -129,6 +143,27 @@ def _describe(args) -> int:
         labels = sorted({lab for c in members for lab in c["train_labels"]})
         print(f"  cluster {k} ({name}): {len(members)} clients, train {sum(c['n_train'] for c in members)}, "
               f"test {sum(c['n_test'] for c in members)}, labels {labels}")
+    return 0
+
+
+def _encoder(args) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from .encoder import train_encoder
+
+    torch.set_num_threads(1)
+    bar = tqdm(total=args.epochs, unit="epoch", desc=f"encoder {args.source}", file=sys.stderr)
+
+    def progress(info: dict) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{info['loss']:.3f}", acc=f"{info['train_accuracy']:.3f}")
+
+    try:
+        path = train_encoder(args.source, args.data_dir, epochs=args.epochs, seed=args.seed, progress=progress, out_dir=args.out_dir)
+    finally:
+        bar.close()
+    print(path)
     return 0
 
 

@@ -24,6 +24,8 @@ class Protocol:
     stats_normalisation: str = "zscore"  # zscore (paper) | log (reveals nothing) | none
     stats_method: str = "exact"  # exact (d x d covariance + eigvalsh) | randomized
     conditioning: str = "concat"  # concat (paper) | film (ablation)
+    encoder_source: str | None = None  # CIFAR phi: the cross-trained encoder's source; None = the paper's
+    #   partner (cifar10 <- cifar100, cifar100 <- cifar10); on machines without CIFAR-100 use pacs32
 
     @property
     def rounds(self) -> int:

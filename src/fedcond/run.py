@@ -65,12 +65,14 @@ _worker: dict = {}
 def _init_worker(spec: ScenarioSpec, progress_queue) -> None:
     torch.set_num_threads(1)
     _worker["scenario"] = spec.build()
+    _worker["spec"] = spec
     _worker["queue"] = progress_queue
 
 
 def _run_in_worker(method: str, protocol: Protocol, seed: int) -> MethodResult:
     q = _worker["queue"]
-    return run_method(_worker["scenario"], method, protocol, seed, on_round=lambda r, s: q.put((method, r)))
+    spec = _worker["spec"]
+    return run_method(_worker["scenario"], method, protocol, seed, on_round=lambda r, s: q.put((method, r)), data_dir=spec.data_dir)
 
 
 def rounds_of(method: str, protocol: Protocol) -> int:
@@ -96,7 +98,7 @@ def run_methods(
         engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers)
         try:
             for m in methods:
-                yield run_method(scenario, m, protocol, seed, engine=engine,
+                yield run_method(scenario, m, protocol, seed, engine=engine, data_dir=spec.data_dir,
                                  on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None)
         finally:
             engine.close()

@@ -33,17 +33,24 @@ class MethodResult:
     extra: dict = field(default_factory=dict)
 
 
-def client_statistics(scenario: Scenario, protocol: Protocol) -> tuple[np.ndarray, torch.Tensor]:
+def feature_map(fed, protocol: Protocol, data_dir=None):
+    """phi of SPEC A.2: the pixels for 28x28 grey images; the frozen cross-trained encoder for 32x32 RGB."""
+    if fed.input_shape == (1, 28, 28):
+        return S.pixel_features
+    if fed.input_shape == (3, 32, 32):
+        from .encoder import default_source, encoder_features, load_encoder
+
+        source = protocol.encoder_source or default_source(fed.dataset)
+        return encoder_features(load_encoder(source, data_dir))
+    raise FedcondError(f"no feature map for client statistics of {fed.input_shape} images")
+
+
+def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None) -> tuple[np.ndarray, torch.Tensor]:
     """Raw eigenvalues [N, l] and the normalised model input [N, l] (float32)."""
     fed = scenario.federation
-    if fed.input_shape != (1, 28, 28):
-        raise FedcondError(
-            f"client statistics for {fed.input_shape} images need the cross-trained encoder, not yet available; "
-            "28x28 datasets use the pixels directly"
-        )
     raw = S.client_statistics(
         [c.x_train for c in fed.clients], [c.y_train for c in fed.clients], fed.num_classes,
-        l=protocol.num_eigenvalues, method=protocol.stats_method,
+        l=protocol.num_eigenvalues, phi=feature_map(fed, protocol, data_dir), method=protocol.stats_method,
     )
     return raw, torch.as_tensor(S.normalise(raw, protocol.stats_normalisation), dtype=torch.float32)
 
@@ -62,12 +69,12 @@ def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float]
 
 
 def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: int = 0,
-                 engine: Engine | None = None, stats: torch.Tensor | None = None) -> Context:
+                 engine: Engine | None = None, stats: torch.Tensor | None = None, data_dir=None) -> Context:
     """What `alg` may see of `scenario`: the clients' data, the model specs, the engine; the
     statistics only if it is conditioned, the true clusters only if it is an oracle."""
     fed = scenario.federation
     if alg.conditioned and stats is None:
-        stats = client_statistics(scenario, protocol)[1]
+        stats = client_statistics(scenario, protocol, data_dir)[1]
     plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
     return Context(
         federation=fed,
@@ -91,6 +98,7 @@ def run_method(
     stats: torch.Tensor | None = None,
     hyper: dict | None = None,
     engine: Engine | None = None,
+    data_dir=None,
 ) -> MethodResult:
     """Train one method on one scenario for protocol.epochs passes; evaluate on local test sets.
 
@@ -102,7 +110,7 @@ def run_method(
     else:
         alg = method
     method = method if isinstance(method, str) else type(alg).__name__
-    ctx = make_context(scenario, alg, protocol, seed, engine, stats)
+    ctx = make_context(scenario, alg, protocol, seed, engine, stats, data_dir)
     rounds = ctx.rounds  # federated: epochs / local_epochs rounds; pooled: one epoch per round
     state = alg.init(ctx)
     for r in range(rounds):

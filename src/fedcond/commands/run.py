@@ -18,7 +18,7 @@ def run_command(args) -> int:
     methods = resolve_methods(args.methods)
     protocol = PAPER.replace(
         epochs=args.epochs, local_epochs=args.local_epochs, conditioning=args.conditioning,
-        stats_normalisation=args.stats_normalisation,
+        stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source,
     )
     spec = ScenarioSpec(
         family=args.family, dataset=args.dataset, k=args.k if args.k is not None else 5,
