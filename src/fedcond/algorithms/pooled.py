@@ -35,7 +35,7 @@ class PooledTraining:
     def round(self, ctx: Context, state: State, r: int) -> State:
         groups = state.extra["groups"]
         jobs = [
-            ctx.job(state.models[g], members, self.conditioned, seed=(r, g), momentum=state.momentum[g])
+            ctx.job(state.models[g], members, self.conditioned, seed=(r, g), momentum=state.momentum[g], keep_momentum=True)
             for g, members in enumerate(groups)
         ]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)

@@ -41,6 +41,7 @@ class Job:
     epochs: int
     seed: tuple[int, ...]  # names this job's batch-order stream
     momentum: Params | None = None  # carried-over momentum buffers (None: start from zero)
+    keep_momentum: bool = False  # return the final buffers (only methods that carry them need the bytes)
     sgd: SGDConfig | None = None  # overrides the engine's optimiser (e.g. Ditto's plain SGD)
     regulariser: "Regulariser | None" = None  # proximal / linear terms (FedProx, SCAFFOLD, FedDyn, FedDC, Ditto)
     loss_fn: Callable | None = None  # picklable (model, x, s, y) -> loss; replaces cross-entropy (FedProc, JDFL)
@@ -73,7 +74,7 @@ class Regulariser:
 @dataclass
 class JobResult:
     params: Params
-    momentum: Params
+    momentum: Params | None  # None unless the job asked to keep it
     mean_loss: float
     steps: int
     losses: list[float] = field(default_factory=list)  # per-epoch mean loss
@@ -159,10 +160,12 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
         losses.append(loss.detach())
         if (step + 1) % per_epoch == 0:
             epoch_losses.append(float(torch.stack(losses[-per_epoch:]).mean()))  # host sync once per epoch
-    momentum = {
-        name: opt.state[p]["momentum_buffer"].detach().clone() if "momentum_buffer" in opt.state[p] else torch.zeros_like(p)
-        for name, p in zip(names, params)
-    }
+    momentum = None
+    if job.keep_momentum:
+        momentum = {
+            name: opt.state[p]["momentum_buffer"].detach().clone() if "momentum_buffer" in opt.state[p] else torch.zeros_like(p)
+            for name, p in zip(names, params)
+        }
     mean_loss = float(torch.stack(losses).mean()) if losses else float("nan")
     return JobResult(clone_params(model.state_dict()), momentum, mean_loss, len(losses), epoch_losses)
 
