@@ -4,7 +4,7 @@ E1 MNIST K=2 super sparse (100 clients per cluster). Timed in one run, on this m
   engine      the default backend for this device (CPU: PoolEngine, one single-thread process per core)
   loop        the reference backend (one process, channels-last)
   conventional  what PFLlib / FL-bench do: per client a model copy, a fresh optimiser and a
-              DataLoader, NCHW float32, torch's default thread count
+              DataLoader, NCHW float32, torch's default thread count, the CNN as the SPEC writes it
   ceiling     float32 matmul rate of all cores together (one single-thread process per core)
 Prints samples/s, achieved GFLOP/s (FLOPs of forward + backward counted by torch's FlopCounterMode),
 peak memory and the ratios; the last line is `engine/conventional: R.RRx achieved/ceiling: F.FF`.
@@ -69,9 +69,20 @@ def flops_per_sample(spec: ModelSpec, batch: int = 64) -> float:
     return counter.get_total_flops() / batch
 
 
+def literal_model(spec: ModelSpec) -> torch.nn.Module:
+    """The SPEC's CNN exactly as written (Conv ReLU MaxPool, out-of-place), as other frameworks run it;
+    same parameter names as ours, so the same initial weights load."""
+    import torch.nn as nn
+
+    model = spec.build()
+    for block in model.blocks:
+        block.rest = nn.Sequential(nn.ReLU(), nn.MaxPool2d(2))
+    return model
+
+
 def conventional(spec: ModelSpec, init, jobs: list[Job], sgd: SGDConfig, same_batches: bool):
-    """Per client: deepcopy, fresh SGD, DataLoader over float NCHW tensors."""
-    global_model = spec.build()
+    """Per client: deepcopy, fresh SGD, DataLoader over float NCHW tensors, the literal model."""
+    global_model = literal_model(spec)
     global_model.load_state_dict(init)
     out = []
     for job in jobs:
