@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="train methods on one scenario and print their accuracy (defaults: E1 on embedded digits)")
     _add_scenario_args(run, family_positional=False)
-    run.add_argument("--methods", help="comma list, or all (the paper's eight, those available); default: every registered method")
+    run.add_argument("--methods", help="comma list; all = the paper's eight; registry = every registered algorithm; "
+                     "default: the paper's eight and Conditional-FedAvg")
     run.add_argument("--epochs", type=_positive_int, help="passes over the data (default 20, the paper's)")
     run.add_argument("--local-epochs", type=_positive_int, help="federated methods: local epochs per round (default 1)")
     run.add_argument("--conditioning", choices=["concat", "film"], help="how Conditional takes s (default concat)")

@@ -39,6 +39,8 @@ ALGORITHMS: dict[str, type] = {
 
 # The eight methods of the paper, in its table order; those not yet implemented are skipped by `all`.
 PAPER_METHODS = ("Local", "FedAvg", "Gossip", "Ditto", "IFCA", "DAC", "Oracle", "Conditional")
+# What `fedcond run` trains when no method is named: the paper's eight and the deployable Conditional.
+DEFAULT_METHODS = PAPER_METHODS + ("Conditional-FedAvg",)
 
 
 def make_algorithm(name: str, num_clusters: int | None = None, **hyper) -> Algorithm:
@@ -58,9 +60,11 @@ def make_algorithm(name: str, num_clusters: int | None = None, **hyper) -> Algor
 
 
 def resolve_methods(spec: str | None) -> list[str]:
-    """None -> every registered algorithm; 'all' -> the paper's methods that exist; else a comma list,
-    validated and canonically cased."""
+    """None -> DEFAULT_METHODS; 'all' -> the paper's eight; 'registry' -> every registered algorithm;
+    else a comma list, validated and canonically cased."""
     if spec is None:
+        return list(DEFAULT_METHODS)
+    if spec.strip().lower() == "registry":
         return list(ALGORITHMS)
     if spec.strip().lower() == "all":
         return [m for m in PAPER_METHODS if m in ALGORITHMS]
@@ -72,4 +76,4 @@ def resolve_methods(spec: str | None) -> list[str]:
     return [lookup[m.lower()] for m in names]
 
 
-__all__ = ["ALGORITHMS", "PAPER_METHODS", "Algorithm", "Context", "State", "hyperparameters", "make_algorithm", "resolve_methods"]
+__all__ = ["ALGORITHMS", "DEFAULT_METHODS", "PAPER_METHODS", "Algorithm", "Context", "State", "hyperparameters", "make_algorithm", "resolve_methods"]
