@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--encoder-source", choices=["cifar100", "cifar10", "pacs32"],
                      help="CIFAR statistics: the cross-trained encoder to use (default: the other CIFAR, as in the paper)")
     run.add_argument("--workers", type=_positive_int, help="processes, one thread each (default: min(2, cores))")
+    run.add_argument("--device", default="cpu", help="cpu (default), or e.g. cuda: clients trained as stacked models under vmap")
     run.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
     run.add_argument("--json", action="store_true", help="print results as JSON")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -86,16 +86,17 @@ def run_methods(
     seed: int = 0,
     workers: int = 1,
     on_round: Callable[[str, int], None] | None = None,
+    device: str = "cpu",
 ) -> Iterator[MethodResult]:
     """Yield each method's result as soon as it finishes (in completion order).
 
     With at least as many methods as workers, methods run side by side, one per process; with
     fewer, they run one after another and their clients are spread over the workers instead.
     """
-    if workers <= 1 or len(methods) < workers:
+    if workers <= 1 or len(methods) < workers or device != "cpu":
         torch.set_num_threads(1)
         scenario = spec.build()
-        engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers)
+        engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers, device)
         try:
             for m in methods:
                 yield run_method(scenario, m, protocol, seed, engine=engine, data_dir=spec.data_dir,

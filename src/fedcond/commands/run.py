@@ -36,10 +36,10 @@ def run_command(args) -> int:
     out = []
     workers = args.workers or default_workers()
     try:
-        for res in run_methods(spec, methods, protocol, args.seed, workers, on_round=lambda m, r: bar.update(1)):
+        for res in run_methods(spec, methods, protocol, args.seed, workers, on_round=lambda m, r: bar.update(1), device=args.device):
             results.save_run(
                 con, family=fed.family, dataset=fed.dataset, scenario=spec.describe(), method=res.method,
-                seed=args.seed, protocol=dataclasses.asdict(protocol), result=res,
+                seed=args.seed, protocol=dataclasses.asdict(protocol), result=res, device=args.device,
             )
             out.append(res)
             bar.write(f"  {res.method}: accuracy {res.accuracy:.4f} ({res.seconds:.1f} s)", file=sys.stderr)

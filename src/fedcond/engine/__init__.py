@@ -2,7 +2,8 @@
 
 Backends share one interface, `train(model_spec, jobs) -> results` (in job order):
 - `LoopEngine`: the reference, one job after another in this process;
-- `PoolEngine`: the CPU fast path, jobs over single-thread worker processes (bitwise equal).
+- `PoolEngine`: the CPU fast path, jobs over single-thread worker processes (bitwise equal);
+- `VmapEngine`: the GPU path, clients as stacked parameters under torch.func.vmap (float-equal).
 """
 
 from typing import Union
@@ -10,14 +11,18 @@ from typing import Union
 from .local_sgd import (Job, JobResult, LoopEngine, Params, Regulariser, SGDConfig, batch_order, clone_params, mean_loss,
                         predict, train_job, weighted_average)
 from .pool import PoolEngine
+from .vmap import VmapEngine
 
-Engine = Union[LoopEngine, PoolEngine]
+Engine = Union[LoopEngine, PoolEngine, VmapEngine]
 
 
-def make_engine(sgd: SGDConfig, workers: int = 1) -> Engine:
-    """The fastest backend for this machine: a worker pool when several cores are granted, else the loop."""
+def make_engine(sgd: SGDConfig, workers: int = 1, device: str = "cpu") -> Engine:
+    """The fastest backend for the device: stacked-parameter vmap on a GPU; on a CPU a pool of
+    single-thread workers when several cores are granted, else the loop."""
+    if device != "cpu":
+        return VmapEngine(sgd, device=device)
     return PoolEngine(sgd, workers) if workers > 1 else LoopEngine(sgd)
 
 
 __all__ = ["Engine", "Job", "JobResult", "LoopEngine", "Params", "PoolEngine", "SGDConfig", "batch_order", "clone_params",
-           "Regulariser", "make_engine", "mean_loss", "predict", "train_job", "weighted_average"]
+           "Regulariser", "VmapEngine", "make_engine", "mean_loss", "predict", "train_job", "weighted_average"]
