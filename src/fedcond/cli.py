@@ -58,6 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print results as JSON")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
+    exps = sub.add_parser("experiments", help="the paper's configurations, by name")
+    exps_sub = exps.add_subparsers(dest="experiments_command", required=True)
+    ls = exps_sub.add_parser("list", help="list experiments (optionally matching a glob or text)")
+    ls.add_argument("pattern", nargs="?", default="*")
+    ls.add_argument("--json", action="store_true")
+
+    sw = sub.add_parser("sweep", help="run every (experiment, method, seed) not yet in the results database")
+    sw.add_argument("pattern", help="experiment names: a glob such as 'E1/mnist/*', or a comma list")
+    sw.add_argument("--protocol", default="paper", choices=["paper", "smoke"], help="paper (SPEC A.4) or smoke (tiny)")
+    sw.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
+    sw.add_argument("--methods", help="comma list or all (default: the experiment's, the paper's eight)")
+    sw.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
+    sw.add_argument("--data-dir")
+    sw.add_argument("--workers", type=_positive_int)
+    sw.add_argument("--no-progress", action="store_true")
+
     enc = sub.add_parser("encoder", help="the cross-trained encoder that gives CIFAR clients their statistics")
     enc_sub = enc.add_subparsers(dest="encoder_command", required=True)
     tr = enc_sub.add_parser("train", help="train it on the source dataset and cache it in the data directory")
@@ -99,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             return _data(args)
         if args.command == "encoder":
             return _encoder(args)
+        if args.command == "experiments":
+            return _experiments(args)
+        if args.command == "sweep":
+            return _sweep(args)
     except FedcondError as e:
         print(f"fedcond: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -145,6 +165,36 @@ def _describe(args) -> int:
         labels = sorted({lab for c in members for lab in c["train_labels"]})
         print(f"  cluster {k} ({name}): {len(members)} clients, train {sum(c['n_train'] for c in members)}, "
               f"test {sum(c['n_test'] for c in members)}, labels {labels}")
+    return 0
+
+
+def _experiments(args) -> int:
+    from .experiments import select
+
+    exps = select(args.pattern)
+    if args.json:
+        print(json.dumps({"count": len(exps), "experiments": [
+            {"name": e.name, "family": e.family, "dataset": e.dataset, "k": e.k, "rotations": e.rotations,
+             "clients_per_cluster": e.clients_per_cluster, "clients": e.clients, "tables": list(e.tables),
+             "paper_setting": e.paper_setting, "methods": list(e.methods)} for e in exps]}))
+    else:
+        for e in exps:
+            print(f"{e.name:34s} tables {','.join(e.tables) or '-'}")
+        print(f"{len(exps)} experiments", file=sys.stderr)
+    return 0
+
+
+def _sweep(args) -> int:
+    from .experiments import select
+    from .sweep import plan, run_sweep
+
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise FedcondError(f"--seeds takes a comma list of whole numbers, got '{args.seeds}'") from None
+    cells = plan(select(args.pattern), args.methods, seeds, args.protocol)
+    counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress)
+    print(json.dumps(counts))
     return 0
 
 

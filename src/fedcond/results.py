@@ -22,7 +22,10 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     created_at TEXT NOT NULL,
-    experiment TEXT,
+    experiment TEXT,                 -- registry name, e.g. E1/mnist/K=2/rich (NULL for ad-hoc runs)
+    protocol_name TEXT,              -- paper | smoke | custom
+    status TEXT NOT NULL DEFAULT 'ok',  -- ok | failed (diverged, with its reason in error)
+    error TEXT,
     family TEXT NOT NULL,
     dataset TEXT NOT NULL,
     scenario TEXT NOT NULL,          -- JSON: the builder's arguments
@@ -30,17 +33,19 @@ CREATE TABLE IF NOT EXISTS runs (
     seed INTEGER NOT NULL,
     protocol TEXT NOT NULL,          -- JSON: the resolved Protocol
     hyperparameters TEXT NOT NULL,   -- JSON
-    accuracy REAL NOT NULL,          -- mean over clients
-    accuracy_std REAL NOT NULL,      -- spread over clients
-    weighted_accuracy REAL NOT NULL, -- over all test samples
-    per_client TEXT NOT NULL,        -- JSON list, client order of the scenario
+    accuracy REAL,          -- mean over clients
+    accuracy_std REAL,      -- spread over clients
+    weighted_accuracy REAL, -- over all test samples
+    per_client TEXT,        -- JSON list, client order of the scenario
     extra TEXT NOT NULL,             -- JSON: e.g. ARI for clustering methods
-    rounds INTEGER NOT NULL,
-    seconds REAL NOT NULL,
+    rounds INTEGER,
+    seconds REAL,
     device TEXT NOT NULL,
     versions TEXT NOT NULL,          -- JSON: python, torch, numpy, fedcond
     git_rev TEXT NOT NULL
 );
+-- a sweep cell is finished at most once: resuming skips it, a crash never duplicates it
+CREATE UNIQUE INDEX IF NOT EXISTS runs_cell ON runs (experiment, method, seed, protocol_name) WHERE experiment IS NOT NULL;
 """
 
 
@@ -92,19 +97,30 @@ def versions() -> dict:
 
 
 def save_run(con: sqlite3.Connection, *, family, dataset, scenario: dict, method, seed, protocol: dict, result,
-             experiment: str | None = None, device: str = "cpu") -> int:
-    """Insert one finished run in its own transaction; returns its row id."""
+             experiment: str | None = None, protocol_name: str | None = None, device: str = "cpu",
+             status: str = "ok", error: str | None = None) -> int:
+    """Insert one finished (or failed: result None, status 'failed', error) run in its own transaction."""
+    r = result
     with con:
         cur = con.execute(
-            "INSERT INTO runs (created_at, experiment, family, dataset, scenario, method, seed, protocol, hyperparameters,"
-            " accuracy, accuracy_std, weighted_accuracy, per_client, extra, rounds, seconds, device, versions, git_rev)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO runs (created_at, experiment, protocol_name, status, error, family, dataset, scenario, method, seed,"
+            " protocol, hyperparameters, accuracy, accuracy_std, weighted_accuracy, per_client, extra, rounds, seconds, device,"
+            " versions, git_rev) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                time.strftime("%Y-%m-%dT%H:%M:%S%z"), experiment, family, dataset, json.dumps(scenario, sort_keys=True),
-                method, seed, json.dumps(protocol, sort_keys=True), json.dumps(result.hyperparameters, sort_keys=True),
-                result.accuracy, result.accuracy_std, result.weighted_accuracy, json.dumps(result.per_client),
-                json.dumps(result.extra, sort_keys=True), result.rounds, result.seconds, device,
+                time.strftime("%Y-%m-%dT%H:%M:%S%z"), experiment, protocol_name, status, error, family, dataset,
+                json.dumps(scenario, sort_keys=True),
+                method, seed, json.dumps(protocol, sort_keys=True),
+                json.dumps(r.hyperparameters if r else {}, sort_keys=True),
+                r.accuracy if r else None, r.accuracy_std if r else None, r.weighted_accuracy if r else None,
+                json.dumps(r.per_client) if r else None, json.dumps(r.extra if r else {}, sort_keys=True),
+                r.rounds if r else None, r.seconds if r else None, device,
                 json.dumps(versions(), sort_keys=True), git_revision(),
             ),
         )
     return int(cur.lastrowid)
+
+
+def finished_cells(con: sqlite3.Connection) -> set[tuple[str, str, int, str]]:
+    """(experiment, method, seed, protocol_name) of every recorded sweep cell, failed ones included."""
+    rows = con.execute("SELECT experiment, method, seed, protocol_name FROM runs WHERE experiment IS NOT NULL")
+    return {(e, m, int(s), p) for e, m, s, p in rows}

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 import torch
 
 from .algorithms import make_algorithm
+from .errors import FedcondError
 from .engine import SGDConfig, make_engine
 from .protocol import Protocol
 from .scenarios import Scenario, make_scenario
@@ -38,11 +39,16 @@ class ScenarioSpec:
     rotations: str | None = None
     seed: int = 0
     data_dir: str | None = None
+    fraction: float = 1.0  # keep this share of every split (stratified, seeded): the smoke protocol's speed
 
     def build(self) -> Scenario:
         from . import data
+        from .scenarios.partition import subsample
 
         load = partial(data.load, data_dir=self.data_dir)
+        if self.fraction < 1.0:
+            base = load
+            load = lambda name: subsample(base(name), self.fraction, self.seed)  # noqa: E731
         return make_scenario(
             self.family, self.dataset, load, k=self.k, clients_per_cluster=self.clients_per_cluster,
             clients=self.clients, rotations=self.rotations, seed=self.seed,
@@ -51,7 +57,17 @@ class ScenarioSpec:
     def describe(self) -> dict:
         d = dataclasses.asdict(self)
         d.pop("data_dir")
+        if d["fraction"] == 1.0:
+            d.pop("fraction")
         return {k: v for k, v in d.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A method that stopped with a FedcondError (e.g. diverged), yielded instead of raised on request."""
+
+    method: str
+    reason: str
 
 
 def default_workers() -> int:
@@ -87,8 +103,11 @@ def run_methods(
     workers: int = 1,
     on_round: Callable[[str, int], None] | None = None,
     device: str = "cpu",
-) -> Iterator[MethodResult]:
+    failures: str = "raise",
+) -> Iterator[MethodResult | Failure]:
     """Yield each method's result as soon as it finishes (in completion order).
+
+    failures="return" yields a `Failure` for a method that raised FedcondError and goes on.
 
     With at least as many methods as workers, methods run side by side, one per process; with
     fewer, they run one after another and their clients are spread over the workers instead.
@@ -99,8 +118,13 @@ def run_methods(
         engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers, device)
         try:
             for m in methods:
-                yield run_method(scenario, m, protocol, seed, engine=engine, data_dir=spec.data_dir,
-                                 on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None)
+                try:
+                    yield run_method(scenario, m, protocol, seed, engine=engine, data_dir=spec.data_dir,
+                                     on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None)
+                except FedcondError as e:
+                    if failures != "return":
+                        raise
+                    yield Failure(m, str(e))
         finally:
             engine.close()
         return
@@ -117,7 +141,13 @@ def run_methods(
                 for f in done:
                     pending.discard(f)
                     _drain(progress, on_round)
-                    yield f.result()
+                    try:
+                        res = f.result()
+                    except FedcondError as e:
+                        if failures != "return":
+                            raise
+                        res = Failure(futures[f], str(e))
+                    yield res
                 if not done:
                     try:
                         item = progress.get(timeout=0.2)

@@ -36,6 +36,25 @@ class ClusterSpec:
         return tuple(c for c, t in enumerate(self.label_map) if t >= 0)
 
 
+def subsample(data, fraction: float, seed: int):
+    """A stratified, seeded share of every split of an ImageData (the smoke protocol's small data)."""
+    import dataclasses
+
+    if not 0 < fraction <= 1:
+        raise FedcondError(f"fraction must be in (0, 1], got {fraction}")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5AB5]))  # purpose: subsampling
+    keep = {}
+    for split in ("train", "test"):
+        y = getattr(data, f"y_{split}")
+        idx = np.concatenate([rng.permutation(np.flatnonzero(y == c))[: max(1, int(round(fraction * np.sum(y == c))))] for c in np.unique(y)])
+        keep[split] = np.sort(idx)
+    changes = {f"{a}_{split}": getattr(data, f"{a}_{split}")[keep[split]] for split in keep for a in ("x", "y")}
+    for split in keep:
+        if getattr(data, f"coarse_{split}", None) is not None:
+            changes[f"coarse_{split}"] = getattr(data, f"coarse_{split}")[keep[split]]
+    return dataclasses.replace(data, **changes) if dataclasses.is_dataclass(data) else type(data)(**{**vars(data), **changes})
+
+
 def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
     """Rotate uint8 images [N, C, H, W] counter-clockwise; multiples of 90 degrees are exact."""
     if degrees % 360 == 0:

@@ -1,0 +1,113 @@
+"""The paper's configurations (SPEC A.6), by name, and the protocol presets they run under.
+
+Names read `FAMILY/DATASET/PARAMETER/SPARSITY`, e.g. `E1/mnist/K=2/rich`,
+`E2b/fmnist/C3/rich`, `E4a/mnist+fmnist/clients=20`, `E4b/cifar10/C=2/very_sparse`.
+A setting that appears in two published tables (e.g. E1 K=2 rich: tables X and XI) is one entry
+with both tables listed. Sparsity levels are clients per cluster (groupings.SPARSITY).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from dataclasses import dataclass
+
+from .algorithms import PAPER_METHODS
+from .errors import FedcondError
+from .protocol import PAPER, Protocol
+from .scenarios.groupings import E4B_SPARSITY_TOTAL, ROTATIONS, SPARSITY
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    family: str
+    dataset: str
+    k: int | None = None  # K, or C for E4b
+    rotations: str | None = None
+    clients_per_cluster: int | None = None
+    clients: int | None = None  # in total (E4a, E4b)
+    tables: tuple[str, ...] = ()  # the published tables this setting appears in
+    paper_setting: dict | None = None  # table -> the `setting` string of paper_results.csv
+    methods: tuple[str, ...] = PAPER_METHODS
+
+    def spec(self, seed: int = 0, data_dir: str | None = None, fraction: float = 1.0):
+        from .run import ScenarioSpec
+
+        return ScenarioSpec(family=self.family, dataset=self.dataset, k=self.k, clients_per_cluster=self.clients_per_cluster,
+                            clients=self.clients, rotations=self.rotations, seed=seed, data_dir=data_dir, fraction=fraction)
+
+
+# Protocol presets: `paper` is SPEC A.4/A.5; `smoke` is tiny (1 epoch on 5% of the data) for tests and CI.
+PROTOCOLS: dict[str, tuple[Protocol, float]] = {  # name -> (protocol, fraction of each split kept)
+    "paper": (PAPER, 1.0),
+    "smoke": (PAPER.replace(epochs=1), 0.05),
+}
+
+
+def protocol(name: str) -> tuple[Protocol, float]:
+    if name not in PROTOCOLS:
+        raise FedcondError(f"unknown protocol '{name}'; choose {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[name]
+
+
+def _build() -> dict[str, Experiment]:
+    out: dict[str, Experiment] = {}
+
+    def add(exp: Experiment) -> None:
+        if exp.name in out:  # a setting in two tables: one entry, both tables
+            old = out[exp.name]
+            exp = Experiment(**{**old.__dict__, "tables": old.tables + exp.tables,
+                                "paper_setting": {**(old.paper_setting or {}), **(exp.paper_setting or {})}})
+        out[exp.name] = exp
+
+    img = ("mnist", "fmnist", "cifar10")
+    sweep = [s for s in SPARSITY]
+    for d in img:  # E1
+        for k in (2, 3, 5, 10):
+            add(Experiment(f"E1/{d}/K={k}/rich", "E1", d, k=k, clients_per_cluster=5, tables=("X",), paper_setting={"X": f"K={k}"}))
+        for s in sweep:
+            add(Experiment(f"E1/{d}/K=2/{s}", "E1", d, k=2, clients_per_cluster=SPARSITY[s], tables=("XI",),
+                           paper_setting={"XI": f"K=2,{s}"}))
+    add(Experiment("E1/cifar100/K=20/rich", "E1", "cifar100", k=20, clients_per_cluster=5, tables=("XII",),
+                   paper_setting={"XII": "K=20"}))
+    for d in img:  # E2a
+        for k in (2, 3, 4):
+            add(Experiment(f"E2a/{d}/K={k}/rich", "E2a", d, k=k, clients_per_cluster=5, tables=("XIII",), paper_setting={"XIII": f"K={k}"}))
+        for s in sweep:
+            add(Experiment(f"E2a/{d}/K=2/{s}", "E2a", d, k=2, clients_per_cluster=SPARSITY[s], tables=("XIV",),
+                           paper_setting={"XIV": f"K=2,{s}"}))
+    for d in ("mnist", "fmnist"):  # E2b: rotations (its table is not given here)
+        for c in ROTATIONS:
+            add(Experiment(f"E2b/{d}/{c}/rich", "E2b", d, rotations=c, clients_per_cluster=5))
+    for d in img:  # E3a
+        for s in sweep:
+            add(Experiment(f"E3a/{d}/K=2/{s}", "E3a", d, k=2, clients_per_cluster=SPARSITY[s], tables=("XVI",),
+                           paper_setting={"XVI": f"K=2,{s}"}))
+    for d in img:  # E3b
+        for k in (2, 3, 4, 5):
+            add(Experiment(f"E3b/{d}/K={k}/rich", "E3b", d, k=k, clients_per_cluster=5, tables=("XVII",), paper_setting={"XVII": f"K={k}"}))
+        for s in sweep:
+            add(Experiment(f"E3b/{d}/K=2/{s}", "E3b", d, k=2, clients_per_cluster=SPARSITY[s], tables=("XVIII",),
+                           paper_setting={"XVIII": f"K=2,{s}"}))
+    for n in (10, 20, 50, 100):  # E4a (its table is not given here)
+        add(Experiment(f"E4a/mnist+fmnist/clients={n}", "E4a", "mnist", clients=n))
+    for c in (2, 3, 4):  # E4b
+        add(Experiment(f"E4b/cifar10/C={c}/rich", "E4b", "cifar10", k=c, clients=2 * c * 5, tables=("XX",), paper_setting={"XX": f"C={c}"}))
+    for s, total in E4B_SPARSITY_TOTAL.items():
+        add(Experiment(f"E4b/cifar10/C=2/{s}", "E4b", "cifar10", k=2, clients=total, tables=("XXI",), paper_setting={"XXI": f"C=2,{s}"}))
+    return out
+
+
+EXPERIMENTS: dict[str, Experiment] = _build()
+
+
+def select(pattern: str) -> list[Experiment]:
+    """Experiments whose name matches a glob (`E1/mnist/*`) or contains the text; else a clear error
+    naming the closest names."""
+    pats = [p.strip() for p in pattern.split(",") if p.strip()]
+    hits = [e for e in EXPERIMENTS.values() if any(fnmatch.fnmatch(e.name, p) or (not any(c in p for c in "*?[") and p in e.name) for p in pats)]
+    if not hits:
+        close = difflib.get_close_matches(pattern, list(EXPERIMENTS), n=5, cutoff=0.3)
+        raise FedcondError(f"no experiment matches '{pattern}'" + (f"; closest: {', '.join(close)}" if close else ""))
+    return hits

@@ -1,0 +1,219 @@
+"""What a report reads: the results database (through `results.connect`, so a database of another
+schema version is refused) and the published numbers shipped in `fedcond.resources`; and the one
+aggregation every table and figure shares, seeds -> a cell (mean and spread over seeds).
+
+Accuracies stay fractions here (as stored and as published); the tables and figures show percent.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import importlib.resources
+import io
+import json
+import sqlite3
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import results
+from ..algorithms import ALGORITHMS, PAPER_METHODS
+from ..errors import FedcondError
+from ..experiments import EXPERIMENTS
+
+_JSON_COLUMNS = ("scenario", "protocol", "hyperparameters", "per_client", "extra", "versions")
+_ORDER = "ORDER BY experiment, protocol_name, method, seed, id"  # deterministic, whatever the insertion order
+
+
+@dataclass(frozen=True)
+class Database:
+    """Everything a report takes from one results database."""
+
+    path: Path
+    ok: list[dict]  # status 'ok' rows of named experiments
+    failed: list[dict]  # every row whose status is not 'ok', with its error
+    total: int
+    ad_hoc: int  # rows without an experiment name (`fedcond run`): counted, not reported
+    protocols: dict[str | None, int]  # protocol_name -> rows, every status
+    git_revs: dict[str, tuple[int, str, str]]  # revision -> (rows, first created_at, last created_at)
+
+
+def read_database(db_path: str | Path | None) -> Database:
+    """Read a results database (default: the user data dir's). A missing file is an error, not an
+    empty database: a report never creates one."""
+    path = Path(db_path) if db_path else results.default_db_path()
+    if not path.is_file():
+        raise FedcondError(f"no results database at {path}")
+    con = results.connect(path)  # refuses another schema version
+    try:
+        con.row_factory = sqlite3.Row
+        ok = [_decode(r) for r in con.execute(f"SELECT * FROM runs WHERE status = 'ok' AND experiment IS NOT NULL {_ORDER}")]
+        failed = [_decode(r) for r in con.execute(f"SELECT * FROM runs WHERE status != 'ok' {_ORDER}")]
+        total, ad_hoc = con.execute("SELECT COUNT(*), SUM(experiment IS NULL) FROM runs").fetchone()
+        protocols = {p: n for p, n in con.execute("SELECT protocol_name, COUNT(*) FROM runs GROUP BY protocol_name")}
+        revs = {r: (n, a, b) for r, n, a, b in con.execute(
+            "SELECT git_rev, COUNT(*), MIN(created_at), MAX(created_at) FROM runs GROUP BY git_rev ORDER BY MIN(created_at), git_rev")}
+    except sqlite3.DatabaseError as e:
+        raise FedcondError(f"cannot read results database {path}: {e}") from None
+    finally:
+        con.close()
+    return Database(path.resolve(), ok, failed, int(total), int(ad_hoc or 0), protocols, revs)
+
+
+def _decode(row: sqlite3.Row) -> dict:
+    out = dict(row)
+    for k in _JSON_COLUMNS:
+        if out.get(k) is not None:
+            out[k] = json.loads(out[k])
+    return out
+
+
+def load_runs(db_path: str | Path | None) -> list[dict]:
+    """The finished (status 'ok') rows of named experiments, one dict per row, JSON columns decoded."""
+    return read_database(db_path).ok
+
+
+def load_failed(db_path: str | Path | None) -> list[dict]:
+    """The failed rows (status not 'ok'), each with its `error`."""
+    return read_database(db_path).failed
+
+
+@functools.lru_cache(maxsize=1)
+def _paper_rows() -> tuple[tuple[tuple[str, object], ...], ...]:
+    text = importlib.resources.files("fedcond.resources").joinpath("paper_results.csv").read_text(encoding="utf-8")
+    return tuple(tuple({**r, "accuracy": float(r["accuracy"])}.items()) for r in csv.DictReader(io.StringIO(text)))
+
+
+def paper_results() -> list[dict]:
+    """The published numbers, in the CSV's order: table, experiment (the family), dataset, setting,
+    method, accuracy (a fraction)."""
+    return [dict(r) for r in _paper_rows()]
+
+
+# ---- seeds -> cells ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cell:
+    """One (protocol, experiment, method): its finished seeds and how many seeds failed."""
+
+    seeds: tuple[int, ...] = ()
+    accuracies: tuple[float, ...] = ()  # mean-over-clients accuracy, one per seed
+    ari: tuple[float, ...] = ()  # where the method records one (IFCA)
+    failed: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.accuracies)
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.accuracies) if self.accuracies else None
+
+    @property
+    def std(self) -> float | None:
+        """Sample standard deviation over seeds; None below two seeds."""
+        return statistics.stdev(self.accuracies) if self.n >= 2 else None
+
+
+CellKey = tuple  # (protocol_name, experiment, method)
+
+
+def cells(ok: list[dict], failed: list[dict]) -> dict[CellKey, Cell]:
+    """Group rows by (protocol_name, experiment, method); seeds in seed order."""
+    acc: dict[CellKey, list[tuple[int, float, float | None]]] = {}
+    for r in ok:
+        if r["accuracy"] is None:
+            continue
+        ari = (r.get("extra") or {}).get("ari")
+        acc.setdefault((r["protocol_name"], r["experiment"], r["method"]), []).append((r["seed"], r["accuracy"], ari))
+    n_failed: dict[CellKey, int] = {}
+    for r in failed:
+        if r["experiment"] is not None:
+            key = (r["protocol_name"], r["experiment"], r["method"])
+            n_failed[key] = n_failed.get(key, 0) + 1
+    out = {}
+    for key in sorted(set(acc) | set(n_failed), key=_key_order):
+        runs = sorted(acc.get(key, []))
+        out[key] = Cell(tuple(s for s, _, _ in runs), tuple(a for _, a, _ in runs),
+                        tuple(x for _, _, x in runs if x is not None), n_failed.get(key, 0))
+    return out
+
+
+def _key_order(key: CellKey):
+    p, e, m = key
+    return (protocol_order(p), experiment_order(e), method_order(m))
+
+
+# ---- orders and lookups -----------------------------------------------------------------------
+
+_EXPERIMENT_INDEX = {name: i for i, name in enumerate(EXPERIMENTS)}
+_METHOD_INDEX = {name: i for i, name in enumerate(dict.fromkeys(PAPER_METHODS + tuple(ALGORITHMS)))}
+
+
+def protocol_order(p: str | None):
+    """paper first, then the others by name, unnamed last."""
+    return (p is None, p != "paper", p or "")
+
+
+def experiment_order(name: str):
+    """Registry order; names the registry does not know (renamed, removed) after, by name."""
+    return (_EXPERIMENT_INDEX.get(name, len(_EXPERIMENT_INDEX)), name)
+
+
+def method_order(name: str):
+    """The paper's table order, then the rest of the registry, then unknown names."""
+    return (_METHOD_INDEX.get(name, len(_METHOD_INDEX)), name)
+
+
+@functools.lru_cache(maxsize=1)
+def _experiment_by_setting() -> dict[tuple[str, str, str, str], str]:
+    out = {}
+    for e in EXPERIMENTS.values():
+        for table, setting in (e.paper_setting or {}).items():
+            out[(table, e.family, e.dataset, setting)] = e.name
+    return out
+
+
+def experiment_for(table: str, family: str, dataset: str, setting: str) -> str | None:
+    """The registry experiment that reproduces one published row, or None."""
+    return _experiment_by_setting().get((table, family, dataset, setting))
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    table: str  # "X"
+    family: str  # "E1"
+    rows: tuple[tuple[str, str, str | None], ...]  # (dataset, setting, experiment name or None), CSV order
+    methods: tuple[str, ...]  # CSV order
+    values: dict  # (dataset, setting, method) -> accuracy
+
+    @property
+    def experiments(self) -> list[str]:
+        return [e for _, _, e in self.rows if e is not None]
+
+
+def published_tables(paper: list[dict] | None = None) -> list[PublishedTable]:
+    """The published tables in the CSV's order, each with its rows mapped to registry experiments."""
+    paper = paper_results() if paper is None else paper
+    out = []
+    for table in dict.fromkeys(r["table"] for r in paper):
+        rows = [r for r in paper if r["table"] == table]
+        family = rows[0]["experiment"]
+        settings = dict.fromkeys((r["dataset"], r["setting"]) for r in rows)
+        out.append(PublishedTable(
+            table, family,
+            tuple((d, s, experiment_for(table, family, d, s)) for d, s in settings),
+            tuple(dict.fromkeys(r["method"] for r in rows)),
+            {(r["dataset"], r["setting"], r["method"]): r["accuracy"] for r in rows},
+        ))
+    return out
+
+
+def published_for(tables: list[PublishedTable], experiment: str, method: str) -> float | None:
+    """The first published value for an experiment's method (a setting in two tables: the first)."""
+    for t in tables:
+        for d, s, e in t.rows:
+            if e == experiment and (d, s, method) in t.values:
+                return t.values[(d, s, method)]
+    return None

@@ -1,0 +1,183 @@
+"""The report's Markdown: a header on the database, one table per published table and protocol
+(ours beside the published number and the difference), our experiments without a published
+table, the clustering ARI where recorded, and the failed runs with their reasons.
+
+Numbers are accuracy in percent (mean over clients, as the paper reports), one decimal; a
+difference is ours minus published, in percentage points (pp).
+"""
+
+from __future__ import annotations
+
+from .data import Cell, Database, PublishedTable, experiment_order, method_order
+from ..experiments import EXPERIMENTS
+
+NOT_RUN = "not run"
+
+FAMILY_TITLES = {
+    "E1": "label shift",
+    "E2a": "covariate shift by subclasses",
+    "E2b": "covariate shift by rotation",
+    "E3a": "semantic concept shift",
+    "E3b": "concept shift by label permutation",
+    "E4a": "cross-dataset shift",
+    "E4b": "combined shift",
+}
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def pp(diff: float) -> str:
+    return f"{100 * diff:+.1f} pp"
+
+
+def _esc(text) -> str:
+    """A Markdown table cell: no pipes, no line breaks."""
+    return str(text).replace("|", "\\|").replace("\r", " ").replace("\n", " ").strip()
+
+
+def protocol_label(p: str | None) -> str:
+    if p is None:
+        return "no protocol recorded"
+    return f"protocol `{p}`"
+
+
+def reproduction_note(p: str | None) -> str:
+    if p == "paper":
+        return ""
+    return (f"**{protocol_label(p)} is not the paper's protocol: these numbers test the pipeline and are not a "
+            f"reproduction of the published ones.**")
+
+
+def ours_text(cell: Cell | None) -> str | None:
+    """'97.5 ± 0.7' (spread = sample std over seeds, shown from two seeds on), or None when no seed finished."""
+    if cell is None or cell.mean is None:
+        return None
+    text = pct(cell.mean) + (f" ± {pct(cell.std)}" if cell.std is not None else "")
+    if cell.failed:
+        text += f"; {cell.failed} failed"
+    return text
+
+
+def cell_text(cell: Cell | None, published: float | None) -> str:
+    """'ours (published, ±diff pp)'; 'not run (published)' or 'failed (published)' otherwise."""
+    ours = ours_text(cell)
+    if ours is None:
+        status = f"failed ×{cell.failed}" if cell is not None and cell.failed else NOT_RUN
+        return status if published is None else f"{status} ({pct(published)})"
+    if published is None:
+        return ours
+    return f"{ours} ({pct(published)}, {pp(cell.mean - published)})"
+
+
+def _seeds_text(cs: list[Cell | None]) -> str:
+    ns = sorted({c.n for c in cs if c is not None and c.n})
+    if not ns:
+        return "-"
+    return str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(_esc(h) for h in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_esc(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def header(db: Database, protocol_filter: str | None) -> list[str]:
+    ok_named = len(db.ok)
+    lines = [
+        "# fedcond results report",
+        "",
+        f"- Database: `{db.path}`",
+        f"- Rows: {db.total} ({ok_named} finished experiment runs, {len(db.failed)} failed, "
+        f"{db.ad_hoc} ad-hoc runs without an experiment name, not reported)",
+        "- Protocols: " + (", ".join(f"`{p}` ({n} rows)" if p else f"none recorded ({n} rows)"
+                                     for p, n in sorted(db.protocols.items(), key=lambda kv: (kv[0] is None, kv[0] != 'paper', kv[0] or ''))) or "none"),
+        "- Git revisions: " + (", ".join(f"`{rev[:12]}` ({n} rows, {a} to {b})" for rev, (n, a, b) in db.git_revs.items()) or "none"),
+    ]
+    if protocol_filter is not None:
+        lines.append(f"- Reported: {protocol_label(protocol_filter)} only")
+    lines += [
+        "",
+        "Cells read *ours (published, difference)*: accuracy in %, the mean over clients; ours is the mean over "
+        "seeds, with ± the sample standard deviation over seeds where there are several; the difference is ours "
+        "minus published in percentage points. *not run* keeps the published value in brackets.",
+        "",
+    ]
+    return lines
+
+
+def published_table(t: PublishedTable, protocol: str | None, cells: dict) -> list[str]:
+    """One published table under one protocol. Methods beyond the paper's that we ran on these
+    settings get extra columns (ours only)."""
+    ours_methods = {m for (p, e, m) in cells if p == protocol and e in set(t.experiments)}
+    extra = sorted(ours_methods - set(t.methods), key=method_order)
+    methods = list(t.methods) + extra
+    rows, run, diffs = [], 0, []
+    for dataset, setting, exp in t.rows:
+        cs = [cells.get((protocol, exp, m)) if exp else None for m in methods]
+        row = [dataset, setting, _seeds_text(cs)]
+        for m, c in zip(methods, cs):
+            pub = t.values.get((dataset, setting, m))
+            row.append(cell_text(c, pub))
+            if c is not None and c.mean is not None and pub is not None:
+                run += 1
+                diffs.append(c.mean - pub)
+        rows.append(row)
+    family = FAMILY_TITLES.get(t.family, "")
+    lines = [f"### Table {t.table}: {t.family}{' ' + family if family else ''}, {protocol_label(protocol)}", ""]
+    published_cells = len(t.values)
+    summary = f"{run} of {published_cells} published cells run"
+    if diffs:
+        summary += (f"; mean difference {pp(sum(diffs) / len(diffs))}, "
+                    f"mean absolute difference {100 * sum(abs(d) for d in diffs) / len(diffs):.1f} pp")
+    lines += [summary + ".", ""]
+    head = ["dataset", "setting", "seeds"] + [m if m in t.methods else f"{m} (not in paper)" for m in methods]
+    return lines + _table(head, rows) + [""]
+
+
+def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, ...]) -> list[str]:
+    """Our experiments without a published table: the registry's (E2b, E4a), every one listed so
+    progress shows, and any experiment name the registry does not know."""
+    names = [e.name for e in EXPERIMENTS.values() if not e.tables]
+    unknown = sorted({e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS}, key=experiment_order)
+    names += unknown
+    ran = {m for (p, e, m) in cells if p == protocol and e in set(names)}
+    methods = sorted(set(methods_default) | ran, key=method_order)
+    rows = []
+    for name in names:
+        cs = [cells.get((protocol, name, m)) for m in methods]
+        note = " (not in the registry)" if name in unknown else ""
+        rows.append([name + note, _seeds_text(cs)] + [ours_text(c) or (f"failed ×{c.failed}" if c and c.failed else NOT_RUN) for c in cs])
+    lines = [f"### Experiments without a published table, {protocol_label(protocol)}", ""]
+    return lines + _table(["experiment", "seeds"] + methods, rows) + [""]
+
+
+def ari_section(protocol: str | None, cells: dict) -> list[str]:
+    rows = [[e, m, pct_free(c.ari), str(len(c.ari))] for (p, e, m), c in cells.items() if p == protocol and c.ari]
+    lines = [f"### Cluster recovery (adjusted Rand index), {protocol_label(protocol)}", ""]
+    if not rows:
+        return lines + ["No run of this protocol recorded an ARI (IFCA records one).", ""]
+    lines += ["ARI of the final cluster assignment against the true clusters (1 = exact), mean ± std over seeds.", ""]
+    return lines + _table(["experiment", "method", "ARI", "seeds"], rows) + [""]
+
+
+def pct_free(values: tuple[float, ...]) -> str:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return f"{mean:.3f}"
+    import statistics
+
+    return f"{mean:.3f} ± {statistics.stdev(values):.3f}"
+
+
+def failed_section(failed: list[dict]) -> list[str]:
+    lines = ["## Failed runs", ""]
+    if not failed:
+        return lines + ["None.", ""]
+    rows = [[r["protocol_name"] or "-", r["experiment"] or "(ad hoc)", r["method"], str(r["seed"]), r["error"] or "(no reason recorded)",
+             (r["git_rev"] or "")[:12], r["created_at"]]
+            for r in sorted(failed, key=lambda r: (r["protocol_name"] is None, r["protocol_name"] != "paper", r["protocol_name"] or "",
+                                                   experiment_order(r["experiment"] or ""), method_order(r["method"]), r["seed"], r["id"]))]
+    return lines + _table(["protocol", "experiment", "method", "seed", "error", "git revision", "when"], rows) + [""]

@@ -1,0 +1,86 @@
+"""Sweeps: every (experiment, method, seed, protocol) cell not yet in the results database.
+
+Each finished cell is one row, committed in its own transaction the moment it finishes, and a
+unique index on the cell makes a duplicate impossible: killing the sweep at any moment (SIGKILL
+included) loses at most the cells in flight, and rerunning skips every recorded cell. A run that
+diverges is recorded as failed with its reason, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from tqdm import tqdm
+
+from . import results
+from .algorithms import resolve_methods
+from .errors import FedcondError
+from .experiments import Experiment, protocol
+from .run import Failure, default_workers, rounds_of, run_methods
+
+
+@dataclass(frozen=True)
+class Cell:
+    experiment: Experiment
+    method: str
+    seed: int
+    protocol_name: str
+
+    @property
+    def key(self) -> tuple[str, str, int, str]:
+        return (self.experiment.name, self.method, self.seed, self.protocol_name)
+
+
+def plan(experiments: list[Experiment], methods: str | None, seeds: list[int], protocol_name: str) -> list[Cell]:
+    cells = []
+    for exp in experiments:
+        names = resolve_methods(methods) if methods else list(exp.methods)
+        for seed in seeds:
+            cells += [Cell(exp, m, seed, protocol_name) for m in names]
+    return cells
+
+
+def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, workers: int | None = None,
+              progress: bool = True, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> dict:
+    """Run every cell not in `db`; returns counts {planned, skipped, ran, failed}."""
+    con = results.connect(db)
+    done = results.finished_cells(con)
+    todo = [c for c in cells if c.key not in done]
+    counts = {"planned": len(cells), "skipped": len(cells) - len(todo), "ran": 0, "failed": 0}
+    log(f"sweep: {len(cells)} cells, {counts['skipped']} already in {db or results.default_db_path()}, {len(todo)} to run")
+    by_scenario: dict[tuple, list[Cell]] = {}
+    for c in todo:  # one scenario build serves all methods of an (experiment, seed, protocol)
+        by_scenario.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
+    total = sum(rounds_of(c.method, protocol(c.protocol_name)[0]) for c in todo)
+    bar = tqdm(total=total, unit="round", desc="sweep", disable=not progress, file=sys.stderr)
+    try:
+        for (name, seed, pname), group in by_scenario.items():
+            exp = group[0].experiment
+            proto, fraction = protocol(pname)
+            spec = exp.spec(seed, data_dir, fraction)
+            methods = [c.method for c in group]
+            start = time.perf_counter()
+            try:
+                for res in run_methods(spec, methods, proto, seed, workers or default_workers(),
+                                       on_round=lambda m, r: bar.update(1), failures="return"):
+                    status, error = ("ok", None) if not isinstance(res, Failure) else ("failed", res.reason)
+                    results.save_run(
+                        con, family=exp.family, dataset=exp.dataset, scenario=spec.describe(), method=res.method,
+                        seed=seed, protocol=dataclasses.asdict(proto), result=None if error else res,
+                        experiment=name, protocol_name=pname, status=status, error=error,
+                    )
+                    counts["ran" if not error else "failed"] += 1
+                    acc = f"accuracy {res.accuracy:.4f}" if not error else f"FAILED: {error}"
+                    bar.write(f"  {name} {res.method} seed {seed} [{pname}]: {acc} (at {time.perf_counter() - start:.0f} s)", file=sys.stderr)
+            except FedcondError as e:  # the scenario cannot be built (e.g. data missing): not recorded, so a rerun retries
+                counts["unavailable"] = counts.get("unavailable", 0) + len(group)
+                bar.write(f"  {name} seed {seed} [{pname}]: not run: {e}", file=sys.stderr)
+    finally:
+        bar.close()
+        con.close()
+    return counts
+

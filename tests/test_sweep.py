@@ -1,0 +1,90 @@
+"""Sweeps: resume without loss or duplication, even after SIGKILL; failures recorded; registry coverage."""
+
+import csv
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from importlib import resources
+
+import pytest
+
+from fedcond import results
+from fedcond.errors import FedcondError
+from fedcond.experiments import EXPERIMENTS, PROTOCOLS, select
+from fedcond.protocol import PAPER
+from fedcond.sweep import plan, run_sweep
+from fedcond_testing import SHARED, shared_file
+
+
+def test_every_published_setting_has_an_experiment():
+    rows = list(csv.DictReader(resources.files("fedcond.resources").joinpath("paper_results.csv").open()))
+    covered = {(t, e.dataset, s) for e in EXPERIMENTS.values() for t, s in (e.paper_setting or {}).items()}
+    missing = {(r["table"], r["dataset"], r["setting"]) for r in rows} - covered
+    assert not missing, sorted(missing)
+    assert len(EXPERIMENTS) == 103
+
+
+def test_select_by_glob_and_error_names_closest():
+    assert {e.name for e in select("E1/mnist/K=*/rich")} == {f"E1/mnist/K={k}/rich" for k in (2, 3, 5, 10)}
+    with pytest.raises(FedcondError, match="closest: E1/mnist/K=2/rich"):
+        select("E1/mnist/K=2/rch")
+
+
+def _rows(db):
+    return sqlite3.connect(db).execute("SELECT experiment, method, seed, protocol_name, status FROM runs").fetchall()
+
+
+def test_resume_skips_finished_cells_and_the_index_forbids_duplicates(tmp_path):
+    shared_file("mnist.npz.xz")
+    db = tmp_path / "s.sqlite"
+    cells = plan(select("E1/mnist/K=2/rich"), "FedAvg,Local", [0], "smoke")
+    first = run_sweep(cells[:1], str(db), str(SHARED), workers=1, progress=False, log=lambda s: None)
+    assert first["ran"] == 1
+    again = run_sweep(cells, str(db), str(SHARED), workers=1, progress=False, log=lambda s: None)
+    assert again == {"planned": 2, "skipped": 1, "ran": 1, "failed": 0}
+    rows = _rows(db)
+    assert sorted(r[1] for r in rows) == ["FedAvg", "Local"] and all(r[4] == "ok" for r in rows)
+    con = results.connect(db)
+    with pytest.raises(sqlite3.IntegrityError):
+        con.execute("INSERT INTO runs (created_at, experiment, protocol_name, family, dataset, scenario, method, seed, protocol,"
+                    " hyperparameters, extra, device, versions, git_rev) VALUES ('t','E1/mnist/K=2/rich','smoke','E1','mnist','{}',"
+                    "'FedAvg',0,'{}','{}','{}','cpu','{}','x')")
+
+
+def test_divergence_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    shared_file("mnist.npz.xz")
+    monkeypatch.setitem(PROTOCOLS, "explode", (PAPER.replace(epochs=1, lr=1e12), 0.02))
+    db = tmp_path / "f.sqlite"
+    cells = plan(select("E1/mnist/K=2/rich"), "FedAvg", [0], "explode") + plan(select("E1/mnist/K=2/rich"), "FedAvg", [0], "smoke")
+    counts = run_sweep(cells, str(db), str(SHARED), workers=1, progress=False, log=lambda s: None)
+    assert counts["failed"] == 1 and counts["ran"] == 1
+    row = sqlite3.connect(db).execute("SELECT status, error, accuracy FROM runs WHERE protocol_name='explode'").fetchone()
+    assert row[0] == "failed" and "diverged" in row[1] and row[2] is None
+
+
+def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path):
+    shared_file("mnist.npz.xz")
+    db = tmp_path / "k.sqlite"
+    cmd = [sys.executable, "-m", "fedcond.cli", "sweep", "E1/mnist/K=2/rich,E1/mnist/K=3/rich", "--protocol", "smoke",
+           "--methods", "FedAvg,Local,Oracle", "--workers", "1", "--no-progress", "--db", str(db), "--data-dir", str(SHARED)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline:  # wait for the first finished cell, then kill without warning
+        if db.exists() and len(_rows(db)) >= 1:
+            break
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _rows(db)
+    assert 1 <= len(before) < 6
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    counts = json.loads(out.stdout)
+    after = _rows(db)
+    assert counts["skipped"] == len(before) and counts["ran"] == 6 - len(before)
+    assert len(after) == len(set(after)) == 6
+    assert set(before) <= set(after)
