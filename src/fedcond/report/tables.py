@@ -8,8 +8,10 @@ difference is ours minus published, in percentage points (pp).
 
 from __future__ import annotations
 
-from .data import Cell, Database, PublishedTable, experiment_order, method_order
+import statistics
+
 from ..experiments import EXPERIMENTS
+from .data import Cell, Database, PublishedTable, experiment_order, method_order, protocol_order
 
 NOT_RUN = "not run"
 
@@ -38,15 +40,18 @@ def _esc(text) -> str:
 
 
 def protocol_label(p: str | None) -> str:
-    if p is None:
-        return "no protocol recorded"
-    return f"protocol `{p}`"
+    """How a protocol is named in every heading and figure title: any protocol but the paper's
+    says it is not a reproduction."""
+    if p == "paper":
+        return "protocol `paper`"
+    return f"protocol `{p}` (not a reproduction)" if p is not None else "no protocol recorded (not a reproduction)"
 
 
 def reproduction_note(p: str | None) -> str:
     if p == "paper":
         return ""
-    return (f"**{protocol_label(p)} is not the paper's protocol: these numbers test the pipeline and are not a "
+    name = f"Protocol `{p}`" if p is not None else "A run without a recorded protocol"
+    return (f"**{name} is not the paper's protocol: these numbers test the pipeline and are not a "
             f"reproduction of the published ones.**")
 
 
@@ -54,21 +59,24 @@ def ours_text(cell: Cell | None) -> str | None:
     """'97.5 ± 0.7' (spread = sample std over seeds, shown from two seeds on), or None when no seed finished."""
     if cell is None or cell.mean is None:
         return None
-    text = pct(cell.mean) + (f" ± {pct(cell.std)}" if cell.std is not None else "")
-    if cell.failed:
-        text += f"; {cell.failed} failed"
-    return text
+    return pct(cell.mean) + (f" ± {pct(cell.std)}" if cell.std is not None else "")
+
+
+def _failed_note(cell: Cell | None) -> str:
+    return f"{cell.failed} seed{'s' if cell.failed > 1 else ''} failed" if cell is not None and cell.failed else ""
 
 
 def cell_text(cell: Cell | None, published: float | None) -> str:
-    """'ours (published, ±diff pp)'; 'not run (published)' or 'failed (published)' otherwise."""
+    """'ours (published, ±diff pp)', where seeds failed too 'ours (published, ±diff pp; 1 seed failed)';
+    with no finished seed 'not run (published)' or 'failed ×n (published)'."""
     ours = ours_text(cell)
     if ours is None:
         status = f"failed ×{cell.failed}" if cell is not None and cell.failed else NOT_RUN
         return status if published is None else f"{status} ({pct(published)})"
+    failed = _failed_note(cell)
     if published is None:
-        return ours
-    return f"{ours} ({pct(published)}, {pp(cell.mean - published)})"
+        return f"{ours} ({failed})" if failed else ours
+    return f"{ours} ({pct(published)}, {pp(cell.mean - published)}{'; ' + failed if failed else ''})"
 
 
 def _seeds_text(cs: list[Cell | None]) -> str:
@@ -84,6 +92,10 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def _rows(n: int) -> str:
+    return f"{n} row{'' if n == 1 else 's'}"
+
+
 def header(db: Database, protocol_filter: str | None) -> list[str]:
     ok_named = len(db.ok)
     lines = [
@@ -92,9 +104,9 @@ def header(db: Database, protocol_filter: str | None) -> list[str]:
         f"- Database: `{db.path}`",
         f"- Rows: {db.total} ({ok_named} finished experiment runs, {len(db.failed)} failed, "
         f"{db.ad_hoc} ad-hoc runs without an experiment name, not reported)",
-        "- Protocols: " + (", ".join(f"`{p}` ({n} rows)" if p else f"none recorded ({n} rows)"
-                                     for p, n in sorted(db.protocols.items(), key=lambda kv: (kv[0] is None, kv[0] != 'paper', kv[0] or ''))) or "none"),
-        "- Git revisions: " + (", ".join(f"`{rev[:12]}` ({n} rows, {a} to {b})" for rev, (n, a, b) in db.git_revs.items()) or "none"),
+        "- Protocols: " + (", ".join(f"`{p}` ({_rows(n)})" if p else f"none recorded ({_rows(n)})"
+                                     for p, n in sorted(db.protocols.items(), key=lambda kv: protocol_order(kv[0]))) or "none"),
+        "- Git revisions: " + (", ".join(f"`{rev[:12]}` ({_rows(n)}, {a} to {b})" for rev, (n, a, b) in db.git_revs.items()) or "none"),
     ]
     if protocol_filter is not None:
         lines.append(f"- Reported: {protocol_label(protocol_filter)} only")
@@ -102,16 +114,17 @@ def header(db: Database, protocol_filter: str | None) -> list[str]:
         "",
         "Cells read *ours (published, difference)*: accuracy in %, the mean over clients; ours is the mean over "
         "seeds, with ± the sample standard deviation over seeds where there are several; the difference is ours "
-        "minus published in percentage points. *not run* keeps the published value in brackets.",
+        "minus published in percentage points. *not run* keeps the published value in parentheses.",
         "",
     ]
     return lines
 
 
-def published_table(t: PublishedTable, protocol: str | None, cells: dict) -> list[str]:
+def published_table(t: PublishedTable, protocol: str | None, cells: dict, label: str) -> list[str]:
     """One published table under one protocol. Methods beyond the paper's that we ran on these
     settings get extra columns (ours only)."""
-    ours_methods = {m for (p, e, m) in cells if p == protocol and e in set(t.experiments)}
+    exps = set(t.experiments)
+    ours_methods = {m for (p, e, m) in cells if p == protocol and e in exps}
     extra = sorted(ours_methods - set(t.methods), key=method_order)
     methods = list(t.methods) + extra
     rows, run, diffs = [], 0, []
@@ -126,7 +139,7 @@ def published_table(t: PublishedTable, protocol: str | None, cells: dict) -> lis
                 diffs.append(c.mean - pub)
         rows.append(row)
     family = FAMILY_TITLES.get(t.family, "")
-    lines = [f"### Table {t.table}: {t.family}{' ' + family if family else ''}, {protocol_label(protocol)}", ""]
+    lines = [f"### Table {t.table}: {t.family}{' ' + family if family else ''}, {label}", ""]
     published_cells = len(t.values)
     summary = f"{run} of {published_cells} published cells run"
     if diffs:
@@ -137,39 +150,36 @@ def published_table(t: PublishedTable, protocol: str | None, cells: dict) -> lis
     return lines + _table(head, rows) + [""]
 
 
-def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, ...]) -> list[str]:
+def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, ...], label: str) -> list[str]:
     """Our experiments without a published table: the registry's (E2b, E4a), every one listed so
     progress shows, and any experiment name the registry does not know."""
     names = [e.name for e in EXPERIMENTS.values() if not e.tables]
     unknown = sorted({e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS}, key=experiment_order)
     names += unknown
-    ran = {m for (p, e, m) in cells if p == protocol and e in set(names)}
+    wanted = set(names)
+    ran = {m for (p, e, m) in cells if p == protocol and e in wanted}
     methods = sorted(set(methods_default) | ran, key=method_order)
     rows = []
     for name in names:
         cs = [cells.get((protocol, name, m)) for m in methods]
         note = " (not in the registry)" if name in unknown else ""
-        rows.append([name + note, _seeds_text(cs)] + [ours_text(c) or (f"failed ×{c.failed}" if c and c.failed else NOT_RUN) for c in cs])
-    lines = [f"### Experiments without a published table, {protocol_label(protocol)}", ""]
+        rows.append([name + note, _seeds_text(cs)] + [cell_text(c, None) for c in cs])
+    lines = [f"### Experiments without a published table, {label}", ""]
     return lines + _table(["experiment", "seeds"] + methods, rows) + [""]
 
 
-def ari_section(protocol: str | None, cells: dict) -> list[str]:
-    rows = [[e, m, pct_free(c.ari), str(len(c.ari))] for (p, e, m), c in cells.items() if p == protocol and c.ari]
-    lines = [f"### Cluster recovery (adjusted Rand index), {protocol_label(protocol)}", ""]
+def ari_section(protocol: str | None, cells: dict, label: str) -> list[str]:
+    rows = [[e, m, _mean_std(c.ari), str(len(c.ari))] for (p, e, m), c in cells.items() if p == protocol and c.ari]
+    lines = [f"### Cluster recovery (adjusted Rand index), {label}", ""]
     if not rows:
         return lines + ["No run of this protocol recorded an ARI (IFCA records one).", ""]
     lines += ["ARI of the final cluster assignment against the true clusters (1 = exact), mean ± std over seeds.", ""]
     return lines + _table(["experiment", "method", "ARI", "seeds"], rows) + [""]
 
 
-def pct_free(values: tuple[float, ...]) -> str:
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return f"{mean:.3f}"
-    import statistics
-
-    return f"{mean:.3f} ± {statistics.stdev(values):.3f}"
+def _mean_std(values: tuple[float, ...]) -> str:
+    mean = statistics.fmean(values)
+    return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} ± {statistics.stdev(values):.3f}"
 
 
 def failed_section(failed: list[dict]) -> list[str]:
@@ -178,6 +188,5 @@ def failed_section(failed: list[dict]) -> list[str]:
         return lines + ["None.", ""]
     rows = [[r["protocol_name"] or "-", r["experiment"] or "(ad hoc)", r["method"], str(r["seed"]), r["error"] or "(no reason recorded)",
              (r["git_rev"] or "")[:12], r["created_at"]]
-            for r in sorted(failed, key=lambda r: (r["protocol_name"] is None, r["protocol_name"] != "paper", r["protocol_name"] or "",
-                                                   experiment_order(r["experiment"] or ""), method_order(r["method"]), r["seed"], r["id"]))]
+            for r in sorted(failed, key=lambda r: (protocol_order(r["protocol_name"]), experiment_order(r["experiment"] or ""), method_order(r["method"]), r["seed"], r["id"]))]
     return lines + _table(["protocol", "experiment", "method", "seed", "error", "git revision", "when"], rows) + [""]

@@ -1,0 +1,72 @@
+"""`write_report`: the Markdown report and its figures, from the results database and the
+published numbers only (never from a run in memory), so any report can be remade from the files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..algorithms import PAPER_METHODS
+from ..errors import FedcondError
+from ..experiments import PROTOCOLS
+from . import tables as md
+from .data import cells as make_cells
+from .data import paper_results, protocol_order, published_tables, read_database
+
+
+def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name: str | None = None) -> Path:
+    """Write `out_dir/report.md` and its PNG figures; return the report's path.
+
+    One section per protocol in the database (a smoke run is labelled as such in every heading,
+    never presented as a reproduction), or only `protocol_name`'s. A protocol that the database
+    holds no run of is refused unless it is a preset name (its report then shows every cell as
+    not run)."""
+    from .figures import draw_all  # matplotlib only when drawing
+
+    db = read_database(db_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ok, failed = db.ok, db.failed
+    seen = set(db.protocols)
+    if protocol_name is not None:
+        if protocol_name not in seen and protocol_name not in PROTOCOLS:
+            held = ", ".join(sorted(str(p) for p in seen)) or "none"
+            raise FedcondError(f"results database {db.path} holds no run of protocol '{protocol_name}' (it holds: {held})")
+        ok = [r for r in ok if r["protocol_name"] == protocol_name]
+        failed = [r for r in failed if r["protocol_name"] == protocol_name]
+        groups = [protocol_name]
+    else:
+        groups = sorted({r["protocol_name"] for r in ok + failed if r["experiment"] is not None}, key=protocol_order)
+    cells = make_cells(ok, failed)
+    published = published_tables(paper_results())
+
+    lines = md.header(db, protocol_name)
+    runs_exist = bool(groups) and (protocol_name is None or bool(ok or failed))
+    if not runs_exist:
+        lines += ["No experiment has been run yet" + (f" under {md.protocol_label(protocol_name)}" if protocol_name else "")
+                  + ": the tables show the published numbers only.", ""]
+        groups = groups or [None]
+    if len(groups) > 1:
+        lines += ["The database holds several protocols: " + ", ".join(md.protocol_label(p) for p in groups)
+                  + "; each has its own tables and figures below.", ""]
+    for p in groups:
+        label = md.protocol_label(p) if runs_exist else (f"{md.protocol_label(p)}, no runs yet" if p else "no runs yet")
+        lines += [f"## Results, {label}", ""]
+        note = md.reproduction_note(p) if runs_exist else ""
+        if note:
+            lines += [note, ""]
+        for t in published:
+            lines += md.published_table(t, p, cells, label)
+        lines += md.unpublished(p, cells, PAPER_METHODS, label)
+        lines += md.ari_section(p, cells, label)
+        lines += [f"### Figures, {label}", ""]
+        for f in draw_all(published, p, cells, out):
+            if f.path is None:
+                lines += [f"- {f.title}: skipped, {f.note}.", ""]
+            else:
+                rel = os.path.relpath(f.path, out)
+                lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
+    lines += md.failed_section(failed)
+    path = out / "report.md"
+    path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
+    return path

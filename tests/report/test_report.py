@@ -1,0 +1,215 @@
+"""The report reads a results database and the published CSV: tables, cells, figures, refusals.
+
+A fixture database is written through `results.save_run`, as a sweep writes it; no training.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from fedcond import results
+from fedcond.errors import FedcondError
+from fedcond.report import load_failed, load_runs, paper_results, write_report
+
+
+@dataclass
+class FakeResult:  # the MethodResult fields save_run reads
+    accuracy: float
+    accuracy_std: float = 0.01
+    weighted_accuracy: float | None = None
+    per_client: list = field(default_factory=lambda: [0.9, 0.8])
+    seconds: float = 1.0
+    rounds: int = 1
+    hyperparameters: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+
+def save(con, experiment: str, method: str, seed: int, accuracy: float | None, protocol: str = "paper",
+         error: str | None = None, extra: dict | None = None) -> None:
+    family, dataset = experiment.split("/")[:2]
+    result = None if error else FakeResult(accuracy, weighted_accuracy=accuracy, extra=extra or {})
+    results.save_run(con, family=family, dataset=dataset, scenario={"family": family}, method=method, seed=seed,
+                     protocol={"epochs": 1}, result=result, experiment=experiment, protocol_name=protocol,
+                     status="failed" if error else "ok", error=error)
+
+
+def published(table: str, dataset: str, setting: str, method: str) -> float:
+    hits = [r["accuracy"] for r in paper_results()
+            if (r["table"], r["dataset"], r["setting"], r["method"]) == (table, dataset, setting, method)]
+    assert len(hits) == 1
+    return hits[0]
+
+
+FEDAVG_SEEDS = (0.970, 0.980)  # E1/mnist/K=2/rich FedAvg, seeds 0 and 1
+
+
+def build_db(path: Path) -> Path:
+    con = results.connect(path)
+    for seed, acc in enumerate(FEDAVG_SEEDS):
+        save(con, "E1/mnist/K=2/rich", "FedAvg", seed, acc)
+    for exp, base in (("E1/mnist/K=2/rich", 0.0), ("E1/mnist/K=3/rich", -0.01), ("E1/mnist/K=2/sparse", -0.05)):
+        save(con, exp, "Oracle", 0, 0.99 + base)
+        save(con, exp, "Conditional", 0, 0.985 + base)
+        save(con, exp, "IFCA", 0, 0.95 + base, extra={"ari": 0.75})
+    save(con, "E2b/mnist/C1/rich", "Conditional", 0, 0.93)
+    save(con, "E1/mnist/K=5/rich", "Ditto", 0, None, error="diverged: loss is nan at round 3")
+    save(con, "E1/mnist/K=3/rich", "IFCA", 1, None, error="diverged | twice\nat round 7")  # beside a finished seed
+    save(con, "E1/mnist/K=2/rich", "FedAvg", 0, 0.55, protocol="smoke")
+    con.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> tuple[Path, str]:
+    tmp = tmp_path_factory.mktemp("report")
+    db = build_db(tmp / "results.sqlite")
+    path = write_report(db, tmp / "out")
+    return path, path.read_text()
+
+
+def section(text: str, heading: str) -> str:
+    """The text from `heading` to the next heading of the same or a higher level."""
+    start = text.index(heading)
+    level = heading.split(" ")[0]
+    nxt = [i for i in (text.find("\n" + "#" * n + " ", start + 1) for n in range(1, len(level) + 1)) if i != -1]
+    return text[start:min(nxt) if nxt else len(text)]
+
+
+def row(table_text: str, dataset: str, setting: str) -> list[str]:
+    for line in table_text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:2] == [dataset, setting]:
+            return cells
+    raise AssertionError(f"no row {dataset} {setting}")
+
+
+def column(table_text: str, name: str) -> int:
+    head = next(line for line in table_text.splitlines() if line.startswith("| dataset"))
+    return [c.strip() for c in head.strip("|").split("|")].index(name)
+
+
+def test_loaders_split_ok_and_failed(tmp_path):
+    db = build_db(tmp_path / "r.sqlite")
+    ok, failed = load_runs(db), load_failed(db)
+    assert len(ok) == 13 and all(r["status"] == "ok" and r["experiment"] for r in ok)
+    assert [(r["experiment"], r["method"], r["error"]) for r in failed] == [
+        ("E1/mnist/K=3/rich", "IFCA", "diverged | twice\nat round 7"), ("E1/mnist/K=5/rich", "Ditto", "diverged: loss is nan at round 3")]
+    assert {r["method"]: r["extra"] for r in ok if r["experiment"] == "E1/mnist/K=2/rich"}["IFCA"] == {"ari": 0.75}
+    assert paper_results()[0].keys() == {"table", "experiment", "dataset", "setting", "method", "accuracy"}
+
+
+def test_one_table_per_published_table_and_protocol(report):
+    _, text = report
+    tables = list(dict.fromkeys(r["table"] for r in paper_results()))
+    for protocol, label in (("paper", "protocol `paper`"), ("smoke", "protocol `smoke` (not a reproduction)")):
+        headings = [line for line in text.splitlines() if line.startswith("### Table ") and line.endswith(label)]
+        assert [h.split()[2].rstrip(":") for h in headings] == tables, protocol
+    assert text.index("## Results, protocol `paper`") < text.index("## Results, protocol `smoke`")
+    assert "### Table X: E1 label shift, protocol `paper`" in text
+    assert "not the paper's protocol" in section(text, "## Results, protocol `smoke`")
+
+
+def test_cell_shows_mean_spread_published_and_difference(report):
+    _, text = report
+    table = section(text, "### Table X: E1 label shift, protocol `paper`")
+    cells = row(table, "mnist", "K=2")
+    pub = published("X", "mnist", "K=2", "FedAvg")
+    mean, std = statistics.fmean(FEDAVG_SEEDS), statistics.stdev(FEDAVG_SEEDS)
+    expected = f"{100 * mean:.1f} ± {100 * std:.1f} ({100 * pub:.1f}, {100 * (mean - pub):+.1f} pp)"
+    assert cells[column(table, "FedAvg")] == expected == "97.5 ± 0.7 (98.6, -1.1 pp)"
+    assert cells[column(table, "seeds")] == "1-2"
+    oracle = published("X", "mnist", "K=2", "Oracle")
+    assert cells[column(table, "Oracle")] == f"99.0 ({100 * oracle:.1f}, {100 * (0.99 - oracle):+.1f} pp)"  # one seed: no spread
+    # the smoke run of the same cell stays in its own table
+    smoke = section(text, "### Table X: E1 label shift, protocol `smoke` (not a reproduction)")
+    assert row(smoke, "mnist", "K=2")[column(smoke, "FedAvg")].startswith("55.0 (98.6, -43.6 pp)")
+
+
+def test_missing_and_failed_cells_keep_the_published_value(report):
+    _, text = report
+    table = section(text, "### Table X: E1 label shift, protocol `paper`")
+    pub = published("X", "fmnist", "K=3", "Gossip")
+    assert row(table, "fmnist", "K=3")[column(table, "Gossip")] == f"not run ({100 * pub:.1f})"
+    assert row(table, "mnist", "K=5")[column(table, "Ditto")] == f"failed ×1 ({100 * published('X', 'mnist', 'K=5', 'Ditto'):.1f})"
+    ifca = published("X", "mnist", "K=3", "IFCA")
+    assert row(table, "mnist", "K=3")[column(table, "IFCA")] == f"94.0 ({100 * ifca:.1f}, {100 * (0.94 - ifca):+.1f} pp; 1 seed failed)"
+    assert "7 of 96 published cells run" in table  # K=2: FedAvg, IFCA, Oracle, Conditional; K=3: the last three
+    # a setting in two tables (E1 K=2 rich: X and XI) shows in both, each beside its own published value
+    xi = section(text, "### Table XI: E1 label shift, protocol `paper`")
+    pub = published("XI", "mnist", "K=2,rich", "IFCA")
+    assert row(xi, "mnist", "K=2,rich")[column(xi, "IFCA")] == f"95.0 ({100 * pub:.1f}, {100 * (0.95 - pub):+.1f} pp)"
+
+
+def test_unpublished_ari_and_failed_sections(report):
+    _, text = report
+    unpub = section(text, "### Experiments without a published table, protocol `paper`")
+    line = next(x for x in unpub.splitlines() if x.startswith("| E2b/mnist/C1/rich "))
+    assert "93.0" in line and "not run" in line
+    assert "| E4a/mnist+fmnist/clients=10 |" in unpub
+    ari = section(text, "### Cluster recovery (adjusted Rand index), protocol `paper`")
+    assert "| E1/mnist/K=2/rich | IFCA | 0.750 | 1 |" in ari
+    failed = section(text, "## Failed runs")
+    assert "| paper | E1/mnist/K=5/rich | Ditto | 0 | diverged: loss is nan at round 3 |" in failed
+    assert "| paper | E1/mnist/K=3/rich | IFCA | 1 | diverged \\| twice at round 7 |" in failed  # one table cell, escaped
+
+
+def test_figures_exist_and_are_referenced(report):
+    path, text = report
+    out = path.parent
+    for key in ("accuracy_vs_k", "accuracy_vs_sparsity", "gap_to_oracle", "heatmap", "conditional_minus_oracle"):
+        png = out / f"{key}_paper.png"
+        assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({png.name})" in text
+    # the smoke protocol holds one FedAvg cell: what it cannot draw is skipped and said so
+    assert (out / "heatmap_smoke.png").is_file()
+    assert not (out / "gap_to_oracle_smoke.png").exists()
+    smoke_figs = section(text, "### Figures, protocol `smoke` (not a reproduction)")
+    assert "Gap to Oracle across sparsity: skipped, no sparsity setting" in smoke_figs
+
+
+def test_header_and_deterministic_output(report, tmp_path):
+    path, text = report
+    again = write_report(path.parent.parent / "results.sqlite", tmp_path / "again")
+    assert again.read_text() == text
+    assert (tmp_path / "again" / "heatmap_paper.png").read_bytes() == (path.parent / "heatmap_paper.png").read_bytes()
+    assert "- Rows: 15 (13 finished experiment runs, 2 failed" in text
+    assert "- Protocols: `paper` (14 rows), `smoke` (1 row)" in text
+    assert "- Git revisions: `" in text
+    # protocol filter: only the smoke tables
+    only = write_report(path.parent.parent / "results.sqlite", tmp_path / "smoke", protocol_name="smoke").read_text()
+    assert "protocol `paper`" not in only.split("## Failed runs")[0] and "### Table X: E1 label shift, protocol `smoke`" in only
+    assert "None." in section(only, "## Failed runs")
+
+
+def test_empty_database_and_unknown_protocol(tmp_path):
+    db = tmp_path / "empty.sqlite"
+    results.connect(db).close()
+    text = write_report(db, tmp_path / "out").read_text()
+    assert "No experiment has been run yet" in text
+    table = section(text, "### Table XII: E1 label shift, no runs yet")
+    pub = published("XII", "cifar100", "K=20", "Conditional")
+    assert row(table, "cifar100", "K=20")[column(table, "Conditional")] == f"not run ({100 * pub:.1f})"
+    assert "Accuracy vs K (E1, table X): skipped" in text
+    assert not list((tmp_path / "out").glob("*.png"))
+    with pytest.raises(FedcondError, match="holds no run of protocol 'papr'"):
+        write_report(db, tmp_path / "out", protocol_name="papr")
+
+
+def test_missing_or_incompatible_database_is_refused(tmp_path):
+    with pytest.raises(FedcondError, match="no results database"):
+        load_runs(tmp_path / "absent.sqlite")
+    assert not (tmp_path / "absent.sqlite").exists()  # a report never creates a database
+    db = tmp_path / "old.sqlite"
+    results.connect(db).close()
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(FedcondError, match="schema version 999"):
+        results.connect(db)
+    with pytest.raises(FedcondError, match="schema version 999"):
+        write_report(db, tmp_path / "out")
