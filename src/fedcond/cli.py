@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=_positive_int)
     sw.add_argument("--no-progress", action="store_true")
 
+    rep = sub.add_parser("report", help="Markdown tables and figures from the results database, beside the published numbers")
+    rep.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
+    rep.add_argument("--out", default="report", help="output folder (default ./report)")
+    rep.add_argument("--protocol", help="only this protocol's rows (default: all, each in its own tables)")
+
     enc = sub.add_parser("encoder", help="the cross-trained encoder that gives CIFAR clients their statistics")
     enc_sub = enc.add_subparsers(dest="encoder_command", required=True)
     tr = enc_sub.add_parser("train", help="train it on the source dataset and cache it in the data directory")
@@ -119,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
             return _experiments(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command == "report":
+            from .report import write_report
+
+            print(write_report(args.db, args.out, args.protocol))
+            return 0
     except FedcondError as e:
         print(f"fedcond: error: {e}", file=sys.stderr)
         return EXIT_USAGE
