@@ -88,3 +88,20 @@ def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path):
     assert counts["skipped"] == len(before) and counts["ran"] == 6 - len(before)
     assert len(after) == len(set(after)) == 6
     assert set(before) <= set(after)
+
+
+@pytest.mark.ray
+def test_sweep_over_a_local_ray_instance_then_resume(tmp_path):
+    pytest.importorskip("ray")
+    shared_file("mnist.npz.xz")
+    db = tmp_path / "ray.sqlite"
+    cells = plan(select("E1/mnist/K=2/rich"), "FedAvg,Local", [0], "smoke")
+    counts = run_sweep(cells, str(db), str(SHARED), progress=False, log=lambda s: None, ray_address="local")
+    assert counts == {"planned": 2, "skipped": 0, "ran": 2, "failed": 0}
+    # the same cells without Ray: identical numbers (one thread, same seed), and nothing to rerun
+    local = run_sweep(cells, str(tmp_path / "local.sqlite"), str(SHARED), workers=1, progress=False, log=lambda s: None)
+    assert local["ran"] == 2
+    q = "SELECT method, accuracy FROM runs ORDER BY method"
+    assert sqlite3.connect(db).execute(q).fetchall() == sqlite3.connect(tmp_path / "local.sqlite").execute(q).fetchall()
+    again = run_sweep(cells, str(db), str(SHARED), progress=False, log=lambda s: None, ray_address="local")
+    assert again["skipped"] == 2 and again["ran"] == 0

@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--data-dir")
     sw.add_argument("--workers", type=_positive_int)
     sw.add_argument("--no-progress", action="store_true")
+    sw.add_argument("--ray", metavar="ADDRESS", help="run cells as Ray tasks: local (start one here), auto, or ray://host:port")
 
     rep = sub.add_parser("report", help="Markdown tables and figures from the results database, beside the published numbers")
     rep.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
@@ -203,7 +204,7 @@ def _sweep(args) -> int:
     except ValueError:
         raise FedcondError(f"--seeds takes a comma list of whole numbers, got '{args.seeds}'") from None
     cells = plan(select(args.pattern), args.methods, seeds, args.protocol)
-    counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress)
+    counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray)
     print(json.dumps(counts))
     return 0
 

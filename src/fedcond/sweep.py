@@ -44,14 +44,33 @@ def plan(experiments: list[Experiment], methods: str | None, seeds: list[int], p
     return cells
 
 
+def _record(con, cell: Cell, spec, proto, res, counts: dict) -> str:
+    """Write one finished cell (its own transaction) and say how it went."""
+    exp = cell.experiment
+    error = res.reason if isinstance(res, Failure) else None
+    results.save_run(
+        con, family=exp.family, dataset=exp.dataset, scenario=spec.describe(), method=res.method, seed=cell.seed,
+        protocol=dataclasses.asdict(proto), result=None if error else res, experiment=exp.name,
+        protocol_name=cell.protocol_name, status="failed" if error else "ok", error=error,
+    )
+    counts["failed" if error else "ran"] += 1
+    return f"FAILED: {error}" if error else f"accuracy {res.accuracy:.4f}"
+
+
 def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, workers: int | None = None,
-              progress: bool = True, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> dict:
-    """Run every cell not in `db`; returns counts {planned, skipped, ran, failed}."""
+              progress: bool = True, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+              ray_address: str | None = None) -> dict:
+    """Run every cell not in `db`; returns counts {planned, skipped, ran, failed}.
+
+    ray_address: spread cells over a Ray cluster ("local", "auto" or an address) instead of local processes.
+    """
     con = results.connect(db)
     done = results.finished_cells(con)
     todo = [c for c in cells if c.key not in done]
     counts = {"planned": len(cells), "skipped": len(cells) - len(todo), "ran": 0, "failed": 0}
     log(f"sweep: {len(cells)} cells, {counts['skipped']} already in {db or results.default_db_path()}, {len(todo)} to run")
+    if ray_address is not None:
+        return _sweep_on_ray(con, todo, data_dir, ray_address, counts, log)
     by_scenario: dict[tuple, list[Cell]] = {}
     for c in todo:  # one scenario build serves all methods of an (experiment, seed, protocol)
         by_scenario.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
@@ -65,22 +84,34 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
             methods = [c.method for c in group]
             start = time.perf_counter()
             try:
+                by_method = {c.method: c for c in group}
                 for res in run_methods(spec, methods, proto, seed, workers or default_workers(),
                                        on_round=lambda m, r: bar.update(1), failures="return"):
-                    status, error = ("ok", None) if not isinstance(res, Failure) else ("failed", res.reason)
-                    results.save_run(
-                        con, family=exp.family, dataset=exp.dataset, scenario=spec.describe(), method=res.method,
-                        seed=seed, protocol=dataclasses.asdict(proto), result=None if error else res,
-                        experiment=name, protocol_name=pname, status=status, error=error,
-                    )
-                    counts["ran" if not error else "failed"] += 1
-                    acc = f"accuracy {res.accuracy:.4f}" if not error else f"FAILED: {error}"
+                    acc = _record(con, by_method[res.method], spec, proto, res, counts)
                     bar.write(f"  {name} {res.method} seed {seed} [{pname}]: {acc} (at {time.perf_counter() - start:.0f} s)", file=sys.stderr)
             except FedcondError as e:  # the scenario cannot be built (e.g. data missing): not recorded, so a rerun retries
                 counts["unavailable"] = counts.get("unavailable", 0) + len(group)
                 bar.write(f"  {name} seed {seed} [{pname}]: not run: {e}", file=sys.stderr)
     finally:
         bar.close()
+        con.close()
+    return counts
+
+
+def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, log) -> dict:
+    from .ray_backend import run_cells_on_ray
+
+    tasks, meta = [], []
+    for c in todo:
+        proto, fraction = protocol(c.protocol_name)
+        spec = c.experiment.spec(c.seed, data_dir, fraction)
+        tasks.append((spec, c.method, proto, c.seed))
+        meta.append((c, spec, proto))
+    try:
+        for i, res in run_cells_on_ray(tasks, address):
+            c, spec, proto = meta[i]
+            log(f"  {c.experiment.name} {c.method} seed {c.seed} [{c.protocol_name}] (ray): {_record(con, c, spec, proto, res, counts)}")
+    finally:
         con.close()
     return counts
 

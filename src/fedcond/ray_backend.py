@@ -1,0 +1,53 @@
+"""Sweeps beyond one machine: cells run as Ray tasks; only the driver writes the database.
+
+Each task rebuilds its scenario from the spec (deterministic given the seed), trains one method
+with one thread, and returns the result to the driver, which records it the moment it arrives
+(`sweep.run_sweep` does the recording, so resume semantics are the same as without Ray).
+The only module that imports `ray` (an optional extra: pip install 'fedcond[ray]').
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .errors import FedcondError
+
+
+def _cell(spec, method: str, protocol, seed: int):
+    import torch
+
+    from .errors import FedcondError as Err
+    from .run import Failure
+    from .simulate import run_method
+
+    torch.set_num_threads(1)
+    try:
+        return run_method(spec.build(), method, protocol, seed, data_dir=spec.data_dir)
+    except Err as e:
+        return Failure(method, str(e))
+
+
+def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[int, object]]:
+    """tasks: (spec, method, protocol, seed) each; yields (task index, MethodResult | Failure) as they finish.
+
+    address: "local" starts a Ray instance on this machine; "auto" or "ray://host:port" joins a cluster.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise FedcondError("--ray needs Ray: pip install 'fedcond[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1)(_cell)
+        refs = {remote.remote(*t): i for i, t in enumerate(tasks)}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                yield refs[ref], ray.get(ref)
+    finally:
+        if started:
+            ray.shutdown()
