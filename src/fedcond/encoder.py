@@ -24,7 +24,6 @@ renamed first, so a crash between the two renames leaves a checksum mismatch tha
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -36,6 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .data.container import sha256_file  # noqa: F401  (re-exported: the encoder API names it)
 from .errors import ChecksumMismatch, FedcondError
 from .models.encoder import EMBED_DIM, CrossEncoder
 
@@ -94,12 +94,6 @@ def train_command(source: str, data_dir: str | Path | None = None) -> str:
     return cmd
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
