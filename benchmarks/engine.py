@@ -23,7 +23,6 @@ import resource
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
