@@ -80,3 +80,16 @@ def test_default_run_acceptance(tmp_path):
     assert set(acc) == {"Local", "FedAvg", "Gossip", "Ditto", "IFCA", "DAC", "Oracle", "Conditional", "Conditional-FedAvg"}
     assert acc["Conditional"] >= acc["Oracle"] - 0.02
     assert acc["FedAvg"] < min(acc["Conditional"], acc["Oracle"]) - 0.3
+
+
+def test_run_under_an_experiment_name_is_seen_by_sweeps(capsys, tmp_path):
+    from fedcond_testing import SHARED, shared_file
+
+    shared_file("mnist.npz.xz")
+    db = tmp_path / "e.sqlite"
+    code, out, err = run_cli(capsys, "run", "--experiment", "E1/mnist/K=2/rich", "--methods", "FedAvg", "--epochs", "1",
+                             "--workers", "1", "--no-progress", "--json", "--db", str(db), "--data-dir", str(SHARED))
+    assert code == 0, err
+    row = sqlite3.connect(db).execute("SELECT experiment, protocol_name, scenario FROM runs").fetchone()
+    assert row[0] == "E1/mnist/K=2/rich" and row[1] == "custom"  # 1 epoch is not the paper protocol
+    assert json.loads(row[2])["clients_per_cluster"] == 5

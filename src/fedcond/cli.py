@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="train methods on one scenario and print their accuracy (defaults: E1 on embedded digits)")
     _add_scenario_args(run, family_positional=False)
+    run.add_argument("--experiment", help="take the scenario from the registry (e.g. E1/mnist/K=2/rich) and record the "
+                     "rows under that name, so sweeps skip them and reports show them")
     run.add_argument("--methods", help="comma list; all = the paper's eight; registry = every registered algorithm; "
                      "default: the paper's eight and Conditional-FedAvg")
     run.add_argument("--epochs", type=_positive_int, help="passes over the data (default 20, the paper's)")

@@ -9,6 +9,7 @@ import sys
 from tqdm import tqdm
 
 from .. import results
+from ..errors import FedcondError
 from ..algorithms import resolve_methods
 from ..protocol import PAPER
 from ..run import ScenarioSpec, default_workers, rounds_of, run_methods
@@ -20,11 +21,22 @@ def run_command(args) -> int:
         epochs=args.epochs, local_epochs=args.local_epochs, conditioning=args.conditioning,
         stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source,
     )
-    spec = ScenarioSpec(
-        family=args.family, dataset=args.dataset, k=args.k if args.k is not None else 5,
-        clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
-        seed=args.seed, data_dir=args.data_dir,
-    )
+    experiment, protocol_name = None, None
+    if args.experiment:
+        from ..experiments import EXPERIMENTS, PROTOCOLS, select
+
+        matches = [e for e in select(args.experiment) if e.name == args.experiment]
+        if not matches:
+            raise FedcondError(f"--experiment takes one exact name, e.g. {select(args.experiment)[0].name}")
+        experiment = matches[0]
+        spec = experiment.spec(args.seed, args.data_dir)
+        protocol_name = next((n for n, (p, frac) in PROTOCOLS.items() if p == protocol and frac == 1.0), "custom")
+    else:
+        spec = ScenarioSpec(
+            family=args.family, dataset=args.dataset, k=args.k if args.k is not None else 5,
+            clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
+            seed=args.seed, data_dir=args.data_dir,
+        )
     scenario = spec.build()  # fails fast, with a clear message, before any worker starts
     fed = scenario.federation
     con = results.connect(args.db)
@@ -40,6 +52,7 @@ def run_command(args) -> int:
             results.save_run(
                 con, family=fed.family, dataset=fed.dataset, scenario=spec.describe(), method=res.method,
                 seed=args.seed, protocol=dataclasses.asdict(protocol), result=res, device=args.device,
+                experiment=experiment.name if experiment else None, protocol_name=protocol_name,
             )
             out.append(res)
             bar.write(f"  {res.method}: accuracy {res.accuracy:.4f} ({res.seconds:.1f} s)", file=sys.stderr)
