@@ -23,7 +23,7 @@ def run_command(args) -> int:
     )
     experiment, protocol_name = None, None
     if args.experiment:
-        from ..experiments import EXPERIMENTS, PROTOCOLS, select
+        from ..experiments import PROTOCOLS, select
 
         matches = [e for e in select(args.experiment) if e.name == args.experiment]
         if not matches:
