@@ -10,9 +10,10 @@ The EMNIST half lives in `fedcond.emnist_study`.
 
 from .generator import TASKS, SyntheticFederation, generate
 from .models import MODELS, TrainConfig
+from .registry import EXPERIMENTS, StudyExperiment, record
 from .statistic import client_statistics, eigvec_statistic, fix_sign, leading_eigenvectors
 from .study import StudyResult, fit_and_score, format_table, main, run_synthetic
 
-__all__ = ["MODELS", "TASKS", "StudyResult", "SyntheticFederation", "TrainConfig", "client_statistics",
+__all__ = ["EXPERIMENTS", "MODELS", "StudyExperiment", "record", "TASKS", "StudyResult", "SyntheticFederation", "TrainConfig", "client_statistics",
            "eigvec_statistic", "fit_and_score", "fix_sign", "format_table", "generate", "leading_eigenvectors",
            "main", "run_synthetic"]

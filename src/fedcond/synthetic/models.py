@@ -42,7 +42,7 @@ DTYPE = torch.float64
 class TrainConfig:
     """Optimiser and architecture settings shared by the six models (defaults: the study's)."""
 
-    steps: int = 3000
+    steps: int = 2000
     lr: float = 0.01  # Adam; cosine decay to 0 over `steps`
     batch_per_client: int = 10  # training samples of every client per step (all of them when larger)
     heads: int = 16  # ensemble: number of linear heads (more than the 8 clusters: spare heads ease the gating)
