@@ -82,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default="report", help="output folder (default ./report)")
     rep.add_argument("--protocol", help="only this protocol's rows (default: all, each in its own tables)")
 
+    st = sub.add_parser("study", help="the earlier study (SPEC Part B): synthetic tasks and EMNIST, printed as tables")
+    st_sub = st.add_subparsers(dest="study_command", required=True)
+    syn = st_sub.add_parser("synthetic", help="linear/logistic regression, 3 and 8 clusters, six models (~3 min on one core)")
+    syn.add_argument("--seed", type=int, default=0)
+    em = st_sub.add_parser("emnist", help="EMNIST byclass digits/upper/lower clusters; n_c in 1,2,3,4,8 (a GPU is advised)")
+    em.add_argument("--seed", type=int, default=0)
+    em.add_argument("--data-dir")
+    em.add_argument("--device", default="cpu")
+
     enc = sub.add_parser("encoder", help="the cross-trained encoder that gives CIFAR clients their statistics")
     enc_sub = enc.add_subparsers(dest="encoder_command", required=True)
     tr = enc_sub.add_parser("train", help="train it on the source dataset and cache it in the data directory")
@@ -127,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             return _experiments(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command == "study":
+            return _study(args)
         if args.command == "report":
             from .report import write_report
 
@@ -198,16 +209,42 @@ def _experiments(args) -> int:
 
 
 def _sweep(args) -> int:
+    import fnmatch
+
     from .experiments import select
-    from .sweep import plan, run_sweep
+    from .sweep import plan, run_study_sweep, run_sweep
+    from .synthetic import EXPERIMENTS as STUDY
 
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
         raise FedcondError(f"--seeds takes a comma list of whole numbers, got '{args.seeds}'") from None
-    cells = plan(select(args.pattern), args.methods, seeds, args.protocol)
-    counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray)
+    pats = [p.strip() for p in args.pattern.split(",") if p.strip()]
+    study = [n for n in STUDY if any(fnmatch.fnmatch(n, p) or n == p for p in pats)]
+    main_pats = [p for p in pats if not p.startswith("MCDC")]
+    counts = {}
+    if main_pats or not study:
+        cells = plan(select(",".join(main_pats) or args.pattern), args.methods, seeds, args.protocol)
+        counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray)
+    if study:
+        extra = run_study_sweep(study, args.protocol, seeds, args.db, args.data_dir)
+        counts = {k: counts.get(k, 0) + v for k, v in extra.items()}
     print(json.dumps(counts))
+    return 0
+
+
+def _study(args) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    if args.study_command == "synthetic":
+        from .synthetic import main as synthetic_main
+
+        synthetic_main(seed=args.seed)
+    else:
+        from .emnist_study import main as emnist_main
+
+        emnist_main(args.data_dir, device=args.device, seed=args.seed)
     return 0
 
 

@@ -115,3 +115,34 @@ def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, l
         con.close()
     return counts
 
+
+
+def run_study_sweep(names: list[str], protocol_name: str, seeds: list[int], db: str | None, data_dir=None,
+                    device: str = "cpu", log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> dict:
+    """The earlier study's experiments (SPEC Part B, `fedcond.synthetic.EXPERIMENTS`): same cells, same
+    resume rules; each (experiment, seed) runs the methods not yet recorded, then records them."""
+    from .synthetic import EXPERIMENTS as STUDY
+    from .synthetic import record
+
+    con = results.connect(db)
+    done = results.finished_cells(con)
+    counts = {"planned": 0, "skipped": 0, "ran": 0, "failed": 0}
+    try:
+        for name in names:
+            exp = STUDY[name]
+            for seed in seeds:
+                todo = tuple(m for m in exp.methods if (name, m, seed, protocol_name) not in done)
+                counts["planned"] += len(exp.methods)
+                counts["skipped"] += len(exp.methods) - len(todo)
+                if not todo:
+                    continue
+                start = time.perf_counter()
+                res = exp(seed=seed, protocol=protocol_name, methods=todo, data_dir=data_dir, device=device)
+                res = {m: r for m, r in res.items() if m in todo}  # e.g. 'bayes' is a reference, not a cell
+                record(con, exp, res, seed, protocol_name, device)
+                counts["ran"] += len(res)
+                log(f"  {name} seed {seed} [{protocol_name}]: " + ", ".join(f"{m} {r.accuracy:.4f}" for m, r in res.items())
+                    + f" ({time.perf_counter() - start:.0f} s)")
+    finally:
+        con.close()
+    return counts
