@@ -1,5 +1,6 @@
 """Every fast path has a slow twin: the process pool must reproduce the loop backend bitwise."""
 
+import numpy as np
 import torch
 
 from fedcond_testing import tagged_dataset
@@ -103,3 +104,16 @@ def test_vmap_engine_follows_the_loop_trajectory():
         assert abs(a.mean_loss - b.mean_loss) < 1e-4
         for k in a.params:
             assert torch.allclose(a.params[k], b.params[k], atol=2e-5, rtol=1e-4), k
+
+
+def test_mix_is_many_weighted_averages_at_once():
+    from fedcond.engine import mix, weighted_average
+
+    torch.manual_seed(0)
+    models = [{"w": torch.randn(3, 2), "n": torch.tensor(i)} for i in range(4)]
+    weights = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 2.0, 1.0, 1.0]])
+    out = mix(models, weights)
+    assert torch.allclose(out[0]["w"], (models[0]["w"] + models[1]["w"]) / 2, atol=1e-6)
+    assert torch.allclose(out[1]["w"], (2 * models[1]["w"] + models[2]["w"] + models[3]["w"]) / 4, atol=1e-6)
+    assert int(out[0]["n"]) == 1 and int(out[1]["n"]) == 3  # counters: max over the models mixed in
+    assert torch.equal(weighted_average(models, weights[1])["w"], out[1]["w"])

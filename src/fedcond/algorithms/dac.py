@@ -38,7 +38,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..engine import Params, weighted_average
+from ..engine import Params, mix, weighted_average
 from ..errors import FedcondError
 from .base import parameter_names, Context, State
 
@@ -105,8 +105,10 @@ class DAC:
         trained, loss = _local_update(self, ctx, state, r)
         sim = cosine_matrix(trained, parameter_names(ctx.spec(self.conditioned)))  # [N, N]
         neighbours = top_k_peers(sim, self.peers(n))
-        models = tuple(weighted_average([trained[j] for j in (i, *neighbours[i])], np.ones(1 + len(neighbours[i])))
-                       for i in range(n))
+        mixing = np.zeros((n, n))  # row i: uniform over client i and its neighbours
+        for i in range(n):
+            mixing[i, [i, *neighbours[i]]] = 1.0
+        models = tuple(mix(trained, mixing))
         return State(models=models, assignment=state.assignment, round=r + 1, train_loss=loss,
                      extra={"neighbours": neighbours})
 

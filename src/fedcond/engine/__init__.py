@@ -8,7 +8,7 @@ Backends share one interface, `train(model_spec, jobs) -> results` (in job order
 
 from typing import Union
 
-from .local_sgd import (Job, JobResult, LoopEngine, Params, Regulariser, SGDConfig, batch_order, clone_params, mean_loss,
+from .local_sgd import (Job, JobResult, LoopEngine, Params, Regulariser, SGDConfig, batch_order, clone_params, mean_loss, mix,
                         predict, train_job, weighted_average)
 from .pool import PoolEngine
 from .vmap import VmapEngine
@@ -25,4 +25,4 @@ def make_engine(sgd: SGDConfig, workers: int = 1, device: str = "cpu") -> Engine
 
 
 __all__ = ["Engine", "Job", "JobResult", "LoopEngine", "Params", "PoolEngine", "SGDConfig", "batch_order", "clone_params",
-           "Regulariser", "VmapEngine", "make_engine", "mean_loss", "predict", "train_job", "weighted_average"]
+           "Regulariser", "VmapEngine", "make_engine", "mean_loss", "mix", "predict", "train_job", "weighted_average"]
