@@ -15,7 +15,7 @@ import platformdirs
 
 from .errors import FedcondError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: experiment cells (protocol_name, status, error, unique index)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
