@@ -213,3 +213,25 @@ def test_missing_or_incompatible_database_is_refused(tmp_path):
         results.connect(db)
     with pytest.raises(FedcondError, match="schema version 999"):
         write_report(db, tmp_path / "out")
+
+
+def test_earlier_study_rows_get_their_own_tables(tmp_path):
+    """MCDC rows: RMSE for linear regression (lower is better), accuracy for logistic regression."""
+    from types import SimpleNamespace
+
+    from fedcond import results
+    from fedcond.report import write_report
+
+    db = tmp_path / "mcdc.sqlite"
+    con = results.connect(db)
+    for exp, method, value in (("MCDC/linreg/3clusters", "cluster", 0.1006), ("MCDC/logreg/8clusters", "mlp", 0.9525)):
+        r = SimpleNamespace(accuracy=value, accuracy_std=0.0, weighted_accuracy=value, per_client=[value], seconds=1.0,
+                            rounds=1, hyperparameters={}, extra={})
+        results.save_run(con, family="MCDC", dataset="synthetic", scenario={}, method=method, seed=0, protocol={},
+                         result=r, experiment=exp, protocol_name="paper")
+    con.close()
+    text = write_report(db, tmp_path / "out").read_text()
+    section = text[text.index("The earlier study"):]
+    assert "`MCDC/linreg/3clusters` (RMSE, lower is better)" in section and "0.1006" in section
+    assert "`MCDC/logreg/8clusters` (accuracy, %)" in section and "95.2" in section
+    assert "(not in the registry)" not in text

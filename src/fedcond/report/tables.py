@@ -154,7 +154,8 @@ def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, .
     """Our experiments without a published table: the registry's (E2b, E4a), every one listed so
     progress shows, and any experiment name the registry does not know."""
     names = [e.name for e in EXPERIMENTS.values() if not e.tables]
-    unknown = sorted({e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS}, key=experiment_order)
+    unknown = sorted({e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS and not e.startswith("MCDC/")},
+                     key=experiment_order)
     names += unknown
     wanted = set(names)
     ran = {m for (p, e, m) in cells if p == protocol and e in wanted}
@@ -190,3 +191,27 @@ def failed_section(failed: list[dict]) -> list[str]:
              (r["git_rev"] or "")[:12], r["created_at"]]
             for r in sorted(failed, key=lambda r: (protocol_order(r["protocol_name"]), experiment_order(r["experiment"] or ""), method_order(r["method"]), r["seed"], r["id"]))]
     return lines + _table(["protocol", "experiment", "method", "seed", "error", "git revision", "when"], rows) + [""]
+
+
+def study_section(protocol: str | None, cells: dict, label: str) -> list[str]:
+    """The earlier study (SPEC Part B, `MCDC/...`): RMSE for linear regression (lower is better),
+    accuracy in % for logistic regression and EMNIST; mean over seeds."""
+    from ..synthetic import EXPERIMENTS as STUDY
+
+    names = [n for n in STUDY if any(p == protocol and e == n for (p, e, m) in cells)]
+    lines = [f"### The earlier study (synthetic tasks, EMNIST), {label}", ""]
+    if not names:
+        return lines + ["No run of this protocol.", ""]
+    for name in names:
+        exp = STUDY[name]
+        rmse = exp.task == "linreg"
+        values = []
+        for m in exp.methods:
+            c = cells.get((protocol, name, m))
+            if c is None or c.mean is None:
+                values.append(NOT_RUN)
+            else:
+                values.append(f"{c.mean:.4f}" if rmse else pct(c.mean))
+        lines += [f"`{name}` ({'RMSE, lower is better' if rmse else 'accuracy, %'})", ""]
+        lines += _table(list(exp.methods), [values]) + [""]
+    return lines

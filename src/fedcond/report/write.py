@@ -59,6 +59,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
             lines += md.published_table(t, p, cells, label)
         lines += md.unpublished(p, cells, PAPER_METHODS, label)
         lines += md.ari_section(p, cells, label)
+        lines += md.study_section(p, cells, label)
         lines += [f"### Figures, {label}", ""]
         for f in draw_all(published, p, cells, out):
             if f.path is None:
