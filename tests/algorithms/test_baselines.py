@@ -324,3 +324,16 @@ def test_dac_loss_softmax_aggregation_weights(small):
         for k in trained[i]:
             expected = w[0] * trained[i][k].double() + w[1] * trained[j][k].double()
             assert torch.allclose(s1.models[i][k].double(), expected, atol=1e-6)
+
+
+def test_gossip_independent_init_draws_one_init_per_client():
+    data = tagged_dataset(n_train=120, n_test=40)
+    sc = make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=2, seed=0)
+    from fedcond.protocol import Protocol
+    from fedcond.simulate import make_context
+
+    shared = Gossip().init(make_context(sc, Gossip(), Protocol()))
+    own = Gossip(independent_init=True).init(make_context(sc, Gossip(independent_init=True), Protocol()))
+    assert all(torch.equal(m["fc2.weight"], shared.models[0]["fc2.weight"]) for m in shared.models)
+    assert len({float(m["fc2.weight"].sum()) for m in own.models}) == 4
+    assert torch.equal(own.models[0]["fc2.weight"], shared.models[0]["fc2.weight"])  # client 0 keeps stream 0

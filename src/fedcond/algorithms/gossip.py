@@ -2,7 +2,9 @@
 Boyd et al., "Randomized Gossip Algorithms", IEEE Trans. Inf. Theory 2006, and Hegedus et al.,
 "Gossip learning as a decentralized alternative to federated learning", DAIS 2019).
 
-Every client i keeps its own model theta_i; all start from one shared, seeded initialisation.
+Every client i keeps its own model theta_i; all start from one shared, seeded initialisation
+(`independent_init=True`: each client draws its own, the reading under which averaging two
+unrelated networks may explain the paper's collapse to chance at sparse settings).
 Round r:
   1. local update: theta_i' = `local_epochs` of SGD on client i's data from theta_i (fresh
      momentum, as in FedAvg: nothing but the weights is carried across rounds);
@@ -33,14 +35,19 @@ def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int,
 
 @dataclass(frozen=True)
 class Gossip:
+    independent_init: bool = False  # True: every client starts from its own random weights
+
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
 
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
-        w0 = ctx.init_params(self.conditioned)
-        return State(models=(w0,) * n, assignment=tuple(range(n)))
+        if self.independent_init:
+            models = tuple(ctx.init_params(self.conditioned, i) for i in range(n))
+        else:
+            models = (ctx.init_params(self.conditioned),) * n
+        return State(models=models, assignment=tuple(range(n)))
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
