@@ -152,21 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _spec(args, default_k: int):
-    from .run import ScenarioSpec
-
-    return ScenarioSpec(
-        family=args.family, dataset=args.dataset, k=args.k if args.k is not None else default_k,
-        clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
-        seed=args.seed, data_dir=args.data_dir,
-    )
-
-
 def _describe(args) -> int:
     import torch
 
+    from .commands.run import scenario_spec
+
     torch.set_num_threads(1)
-    scenario = _spec(args, default_k=2).build()
+    scenario = scenario_spec(args, default_k=2).build()
     fed, truth = scenario.federation, scenario.truth
     clients = [
         {

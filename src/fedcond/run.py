@@ -104,17 +104,19 @@ def run_methods(
     on_round: Callable[[str, int], None] | None = None,
     device: str = "cpu",
     failures: str = "raise",
+    scenario: Scenario | None = None,
 ) -> Iterator[MethodResult | Failure]:
     """Yield each method's result as soon as it finishes (in completion order).
 
     failures="return" yields a `Failure` for a method that raised FedcondError and goes on.
+    `scenario`: the spec's scenario if the caller has already built it (worker processes rebuild their own).
 
     With at least as many methods as workers, methods run side by side, one per process; with
     fewer, they run one after another and their clients are spread over the workers instead.
     """
     if workers <= 1 or len(methods) < workers or device != "cpu":
         torch.set_num_threads(1)
-        scenario = spec.build()
+        scenario = scenario if scenario is not None else spec.build()
         engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers, device)
         try:
             for m in methods:

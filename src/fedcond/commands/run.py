@@ -15,6 +15,15 @@ from ..protocol import PAPER
 from ..run import ScenarioSpec, default_workers, rounds_of, run_methods
 
 
+def scenario_spec(args, default_k: int) -> ScenarioSpec:
+    """The scenario that the command line's --scenario/--dataset/--k/... arguments name."""
+    return ScenarioSpec(
+        family=args.family, dataset=args.dataset, k=args.k if args.k is not None else default_k,
+        clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
+        seed=args.seed, data_dir=args.data_dir,
+    )
+
+
 def run_command(args) -> int:
     methods = resolve_methods(args.methods)
     protocol = PAPER.replace(
@@ -32,11 +41,7 @@ def run_command(args) -> int:
         spec = experiment.spec(args.seed, args.data_dir)
         protocol_name = next((n for n, (p, frac) in PROTOCOLS.items() if p == protocol and frac == 1.0), "custom")
     else:
-        spec = ScenarioSpec(
-            family=args.family, dataset=args.dataset, k=args.k if args.k is not None else 5,
-            clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
-            seed=args.seed, data_dir=args.data_dir,
-        )
+        spec = scenario_spec(args, default_k=5)
     scenario = spec.build()  # fails fast, with a clear message, before any worker starts
     fed = scenario.federation
     con = results.connect(args.db)
@@ -48,7 +53,8 @@ def run_command(args) -> int:
     out = []
     workers = args.workers or default_workers()
     try:
-        for res in run_methods(spec, methods, protocol, args.seed, workers, on_round=lambda m, r: bar.update(1), device=args.device):
+        for res in run_methods(spec, methods, protocol, args.seed, workers, on_round=lambda m, r: bar.update(1),
+                               device=args.device, scenario=scenario):
             results.save_run(
                 con, family=fed.family, dataset=fed.dataset, scenario=spec.describe(), method=res.method,
                 seed=args.seed, protocol=dataclasses.asdict(protocol), result=res, device=args.device,
