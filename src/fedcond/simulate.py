@@ -56,16 +56,30 @@ def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None) -> 
 
 
 def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float], float]:
-    """Accuracy of every client on its own test set with the model the algorithm assigns it."""
+    """Accuracy of every client on its own test set with the model the algorithm assigns it
+    (a JDFL context's expanded head is collapsed to the C classes first)."""
     model = ctx.spec(conditioned).build()
+    scores = ctx.supervision.collapse if ctx.supervision is not None else None
     per_client, correct, total = [], 0, 0
     for i, c in enumerate(ctx.federation.clients):
         s = ctx.client_stats(i, c.n_test) if conditioned else None
-        pred = predict(model, state.models[state.assignment[i]], c.x_test, s)
+        pred = predict(model, state.models[state.assignment[i]], c.x_test, s, scores=scores)
         hits = int((pred == c.y_test).sum())
         per_client.append(hits / max(1, c.n_test))
         correct, total = correct + hits, total + c.n_test
     return per_client, correct / max(1, total)
+
+
+def cluster_accuracy(scenario: Scenario, per_client: list[float]) -> dict[str, float]:
+    """Accuracy over all test samples of each true cluster's clients (JDFL's per-domain accuracy)."""
+    fed, truth = scenario.federation, scenario.truth
+    out = {}
+    for k, name in enumerate(truth.cluster_names):
+        members = [i for i in range(fed.num_clients) if truth.cluster[i] == k]
+        n = sum(fed.clients[i].n_test for i in members)
+        hits = sum(per_client[i] * fed.clients[i].n_test for i in members)
+        out[name] = float(hits / n) if n else float("nan")
+    return out
 
 
 def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: int = 0,
@@ -119,8 +133,10 @@ def run_method(
             raise FedcondError(f"{method} diverged in round {r + 1} (training loss {state.train_loss})")
         if on_round is not None:
             on_round(r, state)
-    per_client, weighted = evaluate(ctx, state, alg.conditioned)
+    eval_ctx = alg.evaluation_context(ctx, state) if hasattr(alg, "evaluation_context") else ctx
+    per_client, weighted = evaluate(eval_ctx, state, alg.conditioned)
     extra = dict(state.extra.get("metrics", {}))
+    extra["cluster_accuracy"] = cluster_accuracy(scenario, per_client)
     if "assignment" in state.extra:  # clustering methods: how well they recovered the true clusters
         from sklearn.metrics import adjusted_rand_score
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..errors import FedcondError
 from .base import Algorithm, Context, State, hyperparameters
 from .dac import DAC, DACLoss
@@ -43,9 +45,71 @@ PAPER_METHODS = ("Local", "FedAvg", "Gossip", "Ditto", "IFCA", "DAC", "Oracle", 
 DEFAULT_METHODS = PAPER_METHODS + ("Conditional-FedAvg",)
 
 
+# Plug-ins layered on a base optimiser by name, `BASE+PLUGIN[(key=value,...)]` (SPEC Part C):
+# e.g. `SCAFFOLD+jdfl-graded`, `FedAvg+jdfl-random(M=3)`, `FedAvg+expanded-hard`.
+PLUGINS: dict[str, dict] = {"jdfl-graded": {"scheme": "graded"}, "jdfl-random": {"scheme": "random"},
+                            "expanded-hard": {"scheme": "hard"}}
+JDFL_BASES = ("FedAvg", "SCAFFOLD", "FedDyn", "FedDC", "FedProc", "FedProx")
+_PLUGIN_ARGS = {"m": "slots", "e0": "e0", "layers": "layers", "batch": "discovery_batch", "alpha": "alpha",
+                "tau": "tau", "phi": "phi", "collapse": "collapse", "max_m": "max_slots"}
+_COMPOSITE = re.compile(r"^\s*([\w-]+)\s*\+\s*([\w-]+)\s*(?:\((.*)\))?\s*$")
+
+
+def _parse_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_composite(name: str) -> tuple[str, str, dict] | None:
+    """`BASE+PLUGIN(args)` -> (canonical base, plugin, wrapper keyword arguments); None for a plain name."""
+    m = _COMPOSITE.match(name)
+    if not m:
+        return None
+    base, plugin, args = m.group(1), m.group(2).lower(), m.group(3)
+    lookup = {k.lower(): k for k in JDFL_BASES}
+    if base.lower() not in lookup:
+        raise FedcondError(f"'{name}': a plug-in's base must be one of {', '.join(JDFL_BASES)}")
+    if plugin not in PLUGINS:
+        raise FedcondError(f"'{name}': unknown plug-in '{plugin}'; choose {', '.join(PLUGINS)}")
+    kw = dict(PLUGINS[plugin])
+    for item in filter(None, (a.strip() for a in (args or "").split(","))):
+        key, _, value = item.partition("=")
+        if key.strip().lower() not in _PLUGIN_ARGS or not value.strip():
+            raise FedcondError(f"'{name}': bad plug-in argument '{item}'; use key=value with keys {', '.join(_PLUGIN_ARGS)}")
+        kw[_PLUGIN_ARGS[key.strip().lower()]] = _parse_value(value.strip())
+    return lookup[base.lower()], plugin, kw
+
+
+def canonical_name(name: str) -> str:
+    """A method name as the results database stores it (registry casing; plug-in arguments as given)."""
+    parts = parse_composite(name)
+    if parts is None:
+        lookup = {k.lower(): k for k in ALGORITHMS}
+        if name.strip().lower() not in lookup:
+            raise FedcondError(f"unknown method '{name}'; choose from {', '.join(ALGORITHMS)} or BASE+PLUGIN with plug-ins {', '.join(PLUGINS)}")
+        return lookup[name.strip().lower()]
+    base, plugin, _ = parts
+    args = _COMPOSITE.match(name).group(3)
+    return f"{base}+{plugin}" + (f"({','.join(a.strip() for a in args.split(',') if a.strip())})" if args and args.strip() else "")
+
+
 def make_algorithm(name: str, num_clusters: int | None = None, **hyper) -> Algorithm:
-    """The algorithm registered as `name` (any case) with `hyper` set. Algorithms told the true
-    number of clusters (IFCA, DAC: ClassVar num_clusters_field) get `num_clusters` unless `hyper` sets it."""
+    """The algorithm registered as `name` (any case) with `hyper` set, or a plug-in over a base
+    (`BASE+PLUGIN(args)`; `hyper` then goes to the base). Algorithms told the true number of
+    clusters (IFCA, DAC: ClassVar num_clusters_field) get `num_clusters` unless `hyper` sets it."""
+    parts = parse_composite(name)
+    if parts is not None:
+        from ..jdfl import JDFL
+
+        base, _, kw = parts
+        try:
+            return JDFL(base=make_algorithm(base, num_clusters, **hyper), **kw)
+        except TypeError as e:
+            raise FedcondError(f"bad plug-in arguments for {name}: {e}") from None
     lookup = {k.lower(): k for k in ALGORITHMS}
     if name.lower() not in lookup:
         raise FedcondError(f"unknown method '{name}'; choose from {', '.join(ALGORITHMS)}")
@@ -68,12 +132,24 @@ def resolve_methods(spec: str | None) -> list[str]:
         return list(ALGORITHMS)
     if spec.strip().lower() == "all":
         return [m for m in PAPER_METHODS if m in ALGORITHMS]
-    lookup = {k.lower(): k for k in ALGORITHMS}
-    names = [m.strip() for m in spec.split(",") if m.strip()]
-    bad = [m for m in names if m.lower() not in lookup]
-    if bad or not names:
-        raise FedcondError(f"unknown method(s) {', '.join(bad) or '(none given)'}; choose from {', '.join(ALGORITHMS)} or all")
-    return [lookup[m.lower()] for m in names]
+    names = _split_methods(spec)
+    if not names:
+        raise FedcondError(f"no method given; choose from {', '.join(ALGORITHMS)} or all")
+    return [canonical_name(m) for m in names]
 
 
-__all__ = ["ALGORITHMS", "DEFAULT_METHODS", "PAPER_METHODS", "Algorithm", "Context", "State", "hyperparameters", "make_algorithm", "resolve_methods"]
+def _split_methods(spec: str) -> list[str]:
+    """Split a comma list, keeping commas inside a plug-in's parentheses."""
+    out, depth, cur = [], 0, ""
+    for ch in spec:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return [m.strip() for m in out if m.strip()]
+
+
+__all__ = ["ALGORITHMS", "JDFL_BASES", "PLUGINS", "canonical_name", "parse_composite", "DEFAULT_METHODS", "PAPER_METHODS", "Algorithm", "Context", "State", "hyperparameters", "make_algorithm", "resolve_methods"]

@@ -34,6 +34,8 @@ class Context:
     rounds: int = 1  # total rounds of this run (FedProc's loss schedule needs T)
     stats: torch.Tensor | None = None  # float32 [N, L] normalised client statistics
     truth: GroundTruth | None = None
+    # JDFL (fedcond.jdfl): the expanded head's per-client targets and class-only collapse; None: plain CE
+    supervision: "object | None" = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -68,8 +70,18 @@ class Context:
             self._cache[key] = (x, y, s)
         return self._cache[key]
 
+    def classification_loss(self, members: tuple[int, ...], seed: tuple[int, ...]):
+        """(logits, y) -> loss for a job of `members`, or None for plain cross-entropy. Algorithms
+        that write their own loss_fn (FedProc) use it for their classification term, so a plug-in
+        such as JDFL changes the head's supervision without touching the algorithm."""
+        return None if self.supervision is None else self.supervision.loss(members, (self.seed, *seed))
+
     def job(self, params: Params, members: tuple[int, ...], conditioned: bool, seed: tuple[int, ...], **kw) -> Job:
         x, y, s = self.pooled(members, conditioned)
+        if kw.get("loss_fn") is None and self.supervision is not None:
+            from ..jdfl.targets import HeadLoss
+
+            kw["loss_fn"] = HeadLoss(self.classification_loss(members, seed))
         return Job(params=params, x=x, y=y, s=s, epochs=kw.pop("epochs", self.local_epochs), seed=(self.seed, *seed), **kw)
 
 

@@ -36,8 +36,9 @@ local prototypes (what a client would do before uploading).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 import torch
@@ -56,10 +57,12 @@ class PrototypeContrastiveLoss:
     present: torch.Tensor  # bool [K]: classes that have a prototype
     contrastive_weight: float  # 1 - t/T; cross-entropy gets t/T
     temperature: float
+    classification: Callable | None = None  # (logits, y) -> loss; None: cross-entropy (JDFL sets its targets)
 
     def __call__(self, model, x: torch.Tensor, s: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
         z = model.features(x, s)  # [B, D]
-        ce = F.cross_entropy(model.fc2(z), y)
+        logits = model.head(z)
+        ce = F.cross_entropy(logits, y) if self.classification is None else self.classification(logits, y)
         if self.contrastive_weight == 0.0:
             return ce
         sim = F.normalize(z, dim=1) @ self.prototypes.to(z.dtype).T / self.temperature  # [B, K] cosine / tau
@@ -145,7 +148,9 @@ class FedProc:
         loss_fn = PrototypeContrastiveLoss(state.extra["prototypes"], state.extra["present"],
                                            self.contrastive_weight(r, ctx.rounds), self.temperature)
         active = participants(ctx, r, self.participation)
-        jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i), loss_fn=loss_fn) for i in active]
+        jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i),
+                        loss_fn=dataclasses.replace(loss_fn, classification=ctx.classification_loss((i,), (r, i))))
+                for i in active]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         sizes = ctx.federation.sizes()[list(active)]
         new = weighted_average([res.params for res in results], sizes)

@@ -184,15 +184,18 @@ def mean_loss(model: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor
 
 
 @torch.no_grad()
-def predict(model: nn.Module, params: Params, x: torch.Tensor, s: torch.Tensor | None, batch_size: int = 1024) -> torch.Tensor:
-    """Class predictions [n] of the model with `params` on uint8 images x [n, C, H, W]."""
+def predict(model: nn.Module, params: Params, x: torch.Tensor, s: torch.Tensor | None, batch_size: int = 1024,
+            scores: Callable | None = None) -> torch.Tensor:
+    """Class predictions [n] of the model with `params` on uint8 images x [n, C, H, W]; `scores`
+    maps the outputs to class scores first (JDFL's collapse of its M x C head)."""
     model.load_state_dict(params)
     model.eval()
     out = []
     for i in range(0, x.shape[0], batch_size):
         xb = _channels_last(x[i : i + batch_size])
         sb = None if s is None else s[i : i + batch_size]
-        out.append(model(xb, sb).argmax(dim=1))
+        logits = model(xb, sb)
+        out.append((logits if scores is None else scores(logits)).argmax(dim=1))
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
 
 

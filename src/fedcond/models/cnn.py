@@ -68,6 +68,11 @@ class ConditionedCNN(nn.Module):
             h = torch.cat([h, s.to(h.dtype)], dim=1)  # [B, flat + L]
         return F.relu(self.fc1(h), inplace=True)  # in place: fc1's backward needs its input, not its output
 
+    @property
+    def head(self) -> nn.Linear:
+        """The classifier layer on top of `features` (every backbone names it `head`)."""
+        return self.fc2
+
     def forward(self, x: torch.Tensor, s: torch.Tensor | None = None) -> torch.Tensor:
         if self.stat_dim > 0 and s is None:
             raise ValueError("this model is conditioned: pass the client statistics s [B, L]")
@@ -117,10 +122,18 @@ def cifar_cnn(num_classes: int = 10, stat_dim: int = 0, conditioning: str = "con
 
 def model_for(input_shape: tuple[int, int, int], num_classes: int, stat_dim: int = 0, conditioning: str = "concat",
               mean=None, std=None) -> ConditionedCNN:
-    """The paper's backbone for an input shape: 1x28x28 -> mnist_cnn, 3x32x32 -> cifar_cnn."""
+    """The backbone for an input shape: 1x28x28 -> mnist_cnn, 3x32x32 -> cifar_cnn (the paper's);
+    RGB of 64 px or more (PACS, Office-Caltech at 112) -> JDFL's light CNN."""
     kw = {} if mean is None else {"mean": tuple(mean), "std": tuple(std)}
+    c, h, w = tuple(input_shape)
+    if c == 3 and min(h, w) >= 64:
+        from .light_cnn import LightCNN
+
+        if conditioning != "concat":
+            raise FedcondError("the light CNN takes the statistics by concatenation only")
+        return LightCNN(tuple(input_shape), num_classes, stat_dim, **kw)
     if tuple(input_shape) == (1, 28, 28):
         return mnist_cnn(num_classes, stat_dim, conditioning, **kw)
     if tuple(input_shape) == (3, 32, 32):
         return cifar_cnn(num_classes, stat_dim, conditioning, **kw)
-    raise FedcondError(f"no paper backbone for input shape {tuple(input_shape)}; expected (1, 28, 28) or (3, 32, 32)")
+    raise FedcondError(f"no backbone for input shape {tuple(input_shape)}; expected (1, 28, 28), (3, 32, 32) or RGB of 64 px or more")

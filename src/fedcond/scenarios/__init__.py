@@ -35,6 +35,10 @@ def make_scenario(
         if family == "E4a":
             return builder(dataset, load, clients=total, seed=seed)
         return builder(dataset, load, c=k or 2, clients=total, seed=seed)
+    if family == "domain":
+        if clients is not None or k is not None:
+            raise FedcondError("the domain family takes --clients-per-cluster (clients per domain) only")
+        return builder(dataset, load, clients_per_domain=clients_per_cluster or 5, seed=seed)
     if clients is not None:
         raise FedcondError(f"{family} counts clients per cluster: use --clients-per-cluster, not --clients")
     per = clients_per_cluster if clients_per_cluster is not None else 5

@@ -163,6 +163,9 @@ def combined_shift(dataset: str, load: Loader, c: int = 2, clients: int = 20, se
     return build("E4b", dataset, specs, {dataset: data}, C, seed, names, {"c": c, "clients": clients, "seed": seed})
 
 
+from .domains import domain_split  # noqa: E402  (listed with the families below)
+
+
 def _params(local_vars: dict) -> dict:
     return {k: v for k, v in local_vars.items() if k in ("k", "rotations", "clients_per_cluster", "seed")}
 
@@ -175,4 +178,5 @@ FAMILIES: dict[str, Callable] = {
     "E3b": label_permutation,
     "E4a": cross_dataset,
     "E4b": combined_shift,
+    "domain": domain_split,  # JDFL (SPEC C.7): one domain per client
 }

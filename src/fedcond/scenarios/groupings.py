@@ -97,3 +97,11 @@ def table_for(table: dict, dataset: str, what: str):
 def deal_round_robin(members: tuple[int, ...], k: int) -> list[tuple[int, ...]]:
     """Divide a superclass's member classes among k clusters: member j goes to cluster j mod k."""
     return [tuple(members[j] for j in range(c, len(members), k)) for c in range(k)]
+
+# ---- Domain federations (JDFL, SPEC C.7): PACS and Office-Caltech-10 have no official split. ---
+# Each domain's images are split per class into train / test (DOMAIN_TEST_FRACTION held out,
+# seeded); the domain's train and test shares are then dealt to its clients, so the union of the
+# clients' test sets is all the held-out data (global test accuracy) and per-domain accuracy is
+# the accuracy over one domain's clients.
+DOMAIN_TEST_FRACTION = 0.2
+DOMAIN_CLIENTS = 5  # clients per domain (PACS: 20 clients of 267..629 training images)

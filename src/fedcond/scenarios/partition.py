@@ -43,6 +43,11 @@ def subsample(data, fraction: float, seed: int):
     if not 0 < fraction <= 1:
         raise FedcondError(f"fraction must be in (0, 1], got {fraction}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5AB5]))  # purpose: subsampling
+    if hasattr(data, "domain"):  # a multi-domain dataset (one split): stratify by (domain, class)
+        strata = data.domain * len(data.classes) + data.y
+        idx = np.sort(np.concatenate([rng.permutation(np.flatnonzero(strata == g))[: max(1, int(round(fraction * np.sum(strata == g))))]
+                                      for g in np.unique(strata)]))
+        return dataclasses.replace(data, x=data.x[idx], y=data.y[idx], domain=data.domain[idx])
     keep = {}
     for split in ("train", "test"):
         y = getattr(data, f"y_{split}")
