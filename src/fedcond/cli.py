@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--data-dir")
         if name == "download":
             p.add_argument("--force", action="store_true", help="fetch again even if a verified copy is present")
+    from .commands.flower import add_parser as add_flower_parser
+
+    add_flower_parser(sub, _positive_int)
     return parser
 
 
@@ -138,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(args)
         if args.command == "study":
             return _study(args)
+        if args.command == "flower":
+            from .commands.flower import flower_command
+
+            return flower_command(args)
         if args.command == "report":
             from .report import write_report
 
