@@ -33,6 +33,7 @@ import numpy as np
 from ..engine import Regulariser, weighted_average
 from ..errors import FedcondError
 from .base import Context, State
+from .fedavg import replied
 
 PERSONAL = 0xD177  # names the personal update's batch-order streams (the global track uses FedAvg's)
 
@@ -81,11 +82,13 @@ class Ditto:
         results = ctx.engine.train(ctx.spec(self.conditioned), global_jobs + personal_jobs)
         global_res, personal_res = results[:n], results[n:]
         sizes = ctx.federation.sizes()
-        new_w = weighted_average([res.params for res in global_res], sizes)
-        global_loss = float(np.average([res.mean_loss for res in global_res], weights=sizes))
+        ok = replied(global_res)  # a client that dropped out (Flower) keeps its v_i and adds nothing to w
+        new_w = weighted_average([global_res[i].params for i in ok], sizes[ok])
+        global_loss = float(np.average([global_res[i].mean_loss for i in ok], weights=sizes[ok]))
         if personal_res:
-            personal = tuple(res.params for res in personal_res)
-            loss = float(np.average([res.mean_loss for res in personal_res], weights=sizes))  # task loss, no lam term
+            personal = tuple(state.models[1 + i] if res is None else res.params for i, res in enumerate(personal_res))
+            kept = replied(personal_res)
+            loss = float(np.average([personal_res[i].mean_loss for i in kept], weights=sizes[kept]))  # task loss, no lam term
         else:  # no personal epochs this round: v_i unchanged, report the global track's loss
             personal, loss = state.models[1:], global_loss
         return State(models=(new_w, *personal), assignment=state.assignment, round=r + 1, train_loss=loss,

@@ -17,6 +17,12 @@ from ..engine import weighted_average
 from .base import Context, State
 
 
+def replied(results: list) -> list[int]:
+    """Positions of the jobs whose results came back: all of them in-process; over Flower a client
+    that dropped out mid-round leaves None, and the round aggregates the replies it got."""
+    return [j for j, res in enumerate(results) if res is not None]
+
+
 @dataclass(frozen=True)
 class FedAvg:
     conditioned: ClassVar[bool] = False
@@ -30,9 +36,10 @@ class FedAvg:
         n = ctx.federation.num_clients
         jobs = [ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        sizes = ctx.federation.sizes()
-        new = weighted_average([res.params for res in results], sizes)
-        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
+        ok = replied(results)
+        sizes = ctx.federation.sizes()[ok]
+        new = weighted_average([results[i].params for i in ok], sizes)
+        loss = float(np.average([results[i].mean_loss for i in ok], weights=sizes))
         return State(models=(new,), assignment=state.assignment, round=r + 1, train_loss=loss)
 
 

@@ -43,6 +43,7 @@ import numpy as np
 from ..engine import Regulariser, weighted_average
 from ..errors import FedcondError
 from .base import check_participation, parameter_names, participants, Context, State
+from .fedavg import replied
 from .scaffold import zeros_like_params
 
 
@@ -84,6 +85,8 @@ class FedDyn:
             for k in active
         ]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
+        ok = replied(results)  # a client that dropped out mid-round (Flower) is treated as a non-participant
+        active, results = tuple(active[j] for j in ok), [results[j] for j in ok]
 
         m = ctx.federation.num_clients
         drift = {k: {p: res.params[p] - theta[p] for p in names} for k, res in zip(active, results)}  # theta_k^t - theta^{t-1}

@@ -25,6 +25,7 @@ import numpy as np
 from ..engine import Regulariser, weighted_average
 from ..errors import FedcondError
 from .base import Context, State, check_participation, participants
+from .fedavg import replied
 
 @dataclass(frozen=True)
 class FedProx:
@@ -49,7 +50,8 @@ class FedProx:
         prox = Regulariser(mu=self.mu, anchor=w)  # the same anchor for everyone: the broadcast weights
         jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i), regulariser=prox) for i in active]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        sizes = ctx.federation.sizes()[list(active)]
-        new = weighted_average([res.params for res in results], sizes)
-        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
+        ok = replied(results)  # all of them, unless a client dropped out mid-round (Flower)
+        sizes = ctx.federation.sizes()[[active[j] for j in ok]]
+        new = weighted_average([results[j].params for j in ok], sizes)
+        loss = float(np.average([results[j].mean_loss for j in ok], weights=sizes))
         return State(models=(new,), assignment=state.assignment, round=r + 1, train_loss=loss)

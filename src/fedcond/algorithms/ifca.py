@@ -33,6 +33,7 @@ import numpy as np
 from ..engine import weighted_average
 from ..errors import FedcondError
 from .base import Context, State
+from .fedavg import replied
 
 
 def ari(assignment, truth_cluster) -> float:
@@ -86,9 +87,10 @@ class IFCA:
         sizes = ctx.federation.sizes()
         models = list(state.models)
         for k in range(self.k):
-            members = [i for i in range(n) if choice[i] == k]
+            members = [i for i in range(n) if choice[i] == k and results[i] is not None]  # None: dropped out (Flower)
             if members:
                 models[k] = weighted_average([results[i].params for i in members], sizes[members])
-        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
+        ok = replied(results)
+        loss = float(np.average([results[i].mean_loss for i in ok], weights=sizes[ok]))
         return State(models=tuple(models), assignment=choice, round=r + 1, train_loss=loss,
                      extra={"assignment": choice, "metrics": {"clusters_used": len(set(choice))}})

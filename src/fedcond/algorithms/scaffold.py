@@ -44,6 +44,7 @@ import torch
 from ..engine import Params, Regulariser, weighted_average
 from ..errors import FedcondError
 from .base import check_participation, parameter_names, participants, Context, State
+from .fedavg import replied
 
 
 def effective_steps(k: int, momentum: float) -> float:
@@ -90,6 +91,8 @@ class Scaffold:
             for i in active
         ]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
+        ok = replied(results)  # a client that dropped out mid-round (Flower) is treated as a non-participant
+        active, results = tuple(active[j] for j in ok), [results[j] for j in ok]
 
         lr, beta = ctx.sgd.lr, ctx.sgd.momentum
         sizes = ctx.federation.sizes()
