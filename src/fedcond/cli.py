@@ -25,9 +25,9 @@ def _positive_int(text: str) -> int:
 
 def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> None:
     if family_positional:
-        p.add_argument("family", help="E1, E2a, E2b, E3a, E3b, E4a or E4b")
+        p.add_argument("family", help="E1, E2a, E2b, E3a, E3b, E4a, E4b or domain (JDFL: pacs, office_caltech)")
     else:
-        p.add_argument("--scenario", dest="family", default="E1", help="heterogeneity family (default E1, label shift)")
+        p.add_argument("--scenario", dest="family", default="E1", help="heterogeneity family (default E1, label shift; domain: one domain per client, for JDFL)")
     p.add_argument("--dataset", default="digits", help="digits (embedded, default), mnist, fmnist, cifar10, cifar100")
     p.add_argument("--k", type=_positive_int, help="clusters K (E1, E2a, E3a, E3b) or covariate clusters C (E4b); default 5 for run, 2 otherwise")
     p.add_argument("--rotations", help="E2b rotation configuration C1..C4 (default C1)")

@@ -30,6 +30,7 @@ class Experiment:
     tables: tuple[str, ...] = ()  # the published tables this setting appears in
     paper_setting: dict | None = None  # table -> the `setting` string of paper_results.csv
     methods: tuple[str, ...] = PAPER_METHODS
+    kind: str = "train"  # train: methods are trained and evaluated | discovery: JDFL's discovery diagnostics
 
     def spec(self, seed: int = 0, data_dir: str | None = None, fraction: float = 1.0):
         from .run import ScenarioSpec
@@ -38,10 +39,13 @@ class Experiment:
                             clients=self.clients, rotations=self.rotations, seed=seed, data_dir=data_dir, fraction=fraction)
 
 
-# Protocol presets: `paper` is SPEC A.4/A.5; `smoke` is tiny (1 epoch on 5% of the data) for tests and CI.
+# Protocol presets: `paper` is SPEC A.4/A.5; `smoke` is tiny (1 epoch on 5% of the data) for tests
+# and CI; `short` fits a 2-core session (4 epochs: JDFL runs 4 rounds of 1 local epoch); JDFL's PACS tables were
+# measured with it, and `paper` is the scaled-up run of the same experiments.
 PROTOCOLS: dict[str, tuple[Protocol, float]] = {  # name -> (protocol, fraction of each split kept)
     "paper": (PAPER, 1.0),
     "smoke": (PAPER.replace(epochs=1), 0.05),
+    "short": (PAPER.replace(epochs=4), 1.0),
 }
 
 
@@ -96,6 +100,35 @@ def _build() -> dict[str, Experiment]:
         add(Experiment(f"E4b/cifar10/C={c}/rich", "E4b", "cifar10", k=c, clients=2 * c * 5, tables=("XX",), paper_setting={"XX": f"C={c}"}))
     for s, total in E4B_SPARSITY_TOTAL.items():
         add(Experiment(f"E4b/cifar10/C=2/{s}", "E4b", "cifar10", k=2, clients=total, tables=("XXI",), paper_setting={"XXI": f"C=2,{s}"}))
+    for exp in jdfl_experiments():
+        add(exp)
+    return out
+
+
+# ---- JDFL (SPEC Part C) --------------------------------------------------------------------------
+JDFL_DATASETS = {"pacs": "pacs", "office": "office_caltech"}  # experiment name part -> dataset
+JDFL_SCHEMES = ("jdfl-graded", "jdfl-random")
+JDFL_SLOT_SWEEP = tuple(range(2, 8))  # M = 2..7 (PACS has 4 domains)
+DISCOVERY_GRID = {"e0": (1, 2, 3, 4, 5), "batch": (16, 32, 64), "layers": ("A", "B", "C")}
+
+
+def jdfl_experiments() -> list[Experiment]:
+    """Per dataset: `main` (five bases x {standalone, graded, random}), `ablation` (FedAvg with the
+    hard client-fixed joint labels; its FedAvg, graded and random cells are main's), `m_sweep`
+    (FedAvg with M fixed to 2..7; M = 1 is FedAvg itself) and, on PACS, `discovery` (the ARI of the
+    pseudo-domains with M = 4 over E0 x batch x layer subset, and what the elbow picks)."""
+    from .algorithms import JDFL_BASES
+
+    bases = tuple(b for b in JDFL_BASES if b != "FedProx")  # SPEC C.5's five
+    out = []
+    for short, dataset in JDFL_DATASETS.items():
+        common = dict(family="domain", dataset=dataset, clients_per_cluster=5)
+        out.append(Experiment(f"JDFL/{short}/main", methods=tuple(m for b in bases for m in (b, *(f"{b}+{s}" for s in JDFL_SCHEMES))), **common))
+        out.append(Experiment(f"JDFL/{short}/ablation", methods=("FedAvg+expanded-hard",), **common))
+        out.append(Experiment(f"JDFL/{short}/m_sweep", methods=tuple(f"FedAvg+{s}(M={m})" for m in JDFL_SLOT_SWEEP for s in JDFL_SCHEMES), **common))
+    out.append(Experiment("JDFL/pacs/discovery", family="domain", dataset="pacs", clients_per_cluster=5, kind="discovery",
+                          methods=tuple(f"discovery(e0={e},batch={b},layers={lay})" for b in DISCOVERY_GRID["batch"]
+                                        for e in DISCOVERY_GRID["e0"] for lay in DISCOVERY_GRID["layers"])))
     return out
 
 

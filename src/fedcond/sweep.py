@@ -69,6 +69,10 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
     todo = [c for c in cells if c.key not in done]
     counts = {"planned": len(cells), "skipped": len(cells) - len(todo), "ran": 0, "failed": 0}
     log(f"sweep: {len(cells)} cells, {counts['skipped']} already in {db or results.default_db_path()}, {len(todo)} to run")
+    diagnostics = [c for c in todo if c.experiment.kind == "discovery"]
+    todo = [c for c in todo if c.experiment.kind != "discovery"]
+    if diagnostics:  # JDFL's discovery grid: cheap, local, one training per batch size
+        _run_discovery(con, diagnostics, data_dir, workers or default_workers(), counts, log)
     if ray_address is not None:
         return _sweep_on_ray(con, todo, data_dir, ray_address, counts, log)
     by_scenario: dict[tuple, list[Cell]] = {}
@@ -96,6 +100,27 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
         bar.close()
         con.close()
     return counts
+
+
+def _run_discovery(con, cells: list[Cell], data_dir, workers: int, counts: dict, log) -> None:
+    from .jdfl.diagnostics import run_cells
+
+    groups: dict[tuple, list[Cell]] = {}
+    for c in cells:
+        groups.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
+    for (name, seed, pname), group in groups.items():
+        proto, fraction = protocol(pname)
+        spec = group[0].experiment.spec(seed, data_dir, fraction)
+        by_method = {c.method: c for c in group}
+        try:
+            scenario = spec.build()
+            for res in run_cells(scenario, [c.method for c in group], proto, seed, workers):
+                _record(con, by_method[res.method], spec, proto, res, counts)
+                log(f"  {name} {res.method} seed {seed} [{pname}]: ARI {res.extra['ari']:.3f} (M={res.extra['true_domains']}), "
+                    f"elbow M={res.extra['elbow']}")
+        except FedcondError as e:
+            counts["unavailable"] = counts.get("unavailable", 0) + len(group)
+            log(f"  {name} seed {seed} [{pname}]: not run: {e}")
 
 
 def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, log) -> dict:

@@ -50,6 +50,10 @@ class TinyNet(nn.Module):
     def features(self, x, s=None):
         return torch.tanh(self.fc1(x.float().flatten(1) / 255.0 * self.gain))  # [B, 3]
 
+    @property
+    def head(self):
+        return self.fc2
+
     def forward(self, x, s=None):
         return self.fc2(self.features(x, s))  # [B, K]
 

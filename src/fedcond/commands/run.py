@@ -18,7 +18,8 @@ from ..run import ScenarioSpec, default_workers, rounds_of, run_methods
 def scenario_spec(args, default_k: int) -> ScenarioSpec:
     """The scenario that the command line's --scenario/--dataset/--k/... arguments name."""
     return ScenarioSpec(
-        family=args.family, dataset=args.dataset, k=args.k if args.k is not None else default_k,
+        family=args.family, dataset=args.dataset,
+        k=args.k if args.k is not None or args.family == "domain" else default_k,  # domain: one cluster per domain
         clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
         seed=args.seed, data_dir=args.data_dir,
     )
