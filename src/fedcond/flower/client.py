@@ -97,6 +97,8 @@ def hello(msg: Message, context: Context) -> Message:
     torch.set_num_threads(1)
     job = msg.content["job"]
     index = _index(context)
+    for key in [k for k in context.state.keys() if k.startswith(("fedcond.", "held:"))]:
+        del context.state[key]  # a hello starts a new fedcond run on this node: nothing carries over
     context.state["fedcond.setup"] = ConfigRecord({"run": json.loads(job["run"]), "index": index})
     run, _, fed, me = _my_data(context)
     if index >= fed.num_clients:

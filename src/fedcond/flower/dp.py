@@ -1,0 +1,118 @@
+"""DP-SGD on the clients, with Opacus (Yousefpour et al., 2021).
+
+Why Opacus rather than Flower's DP wrappers: Flower's client-side wrapper (`LocalDpMod`) clips
+and noises the *model update* once per round (a per-client, user-level guarantee, with no
+per-sample accounting), and its central DP strategies need the server to be trusted with the
+noise. The issue asks for per-sample clipping and noise: that is DP-SGD, which Opacus implements
+(per-sample gradients, Poisson sampling, an RDP accountant) for any torch model; our CNNs have no
+batch norm, so they need no change.
+
+Guarantee: sample-level (epsilon, delta)-DP for each client's training data, with respect to
+everything the client sends, accounted over all its local steps in all rounds (RDP, composed).
+Each job is trained with Poisson-sampled batches of expected size batch_size, per-sample
+gradients clipped to max_grad_norm and Gaussian noise of std noise_multiplier * max_grad_norm.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from flwr.app import ConfigRecord, Context
+from torch.utils.data import DataLoader, TensorDataset
+
+from ..engine import Job, JobResult, SGDConfig, clone_params
+from ..errors import FedcondError
+from .config import DPConfig
+
+_DP_STREAM = 0xD9  # names the batch-sampling and noise stream of a private job
+
+
+class _CopyOutput(nn.Module):
+    """Opacus's per-sample hooks hand out a layer's output as a view that must not change in place;
+    our CNNs apply ReLU in place after fc1, so each trainable layer's output is copied first."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args):
+        return self.inner(*args).clone()
+
+
+def _wrap_layers(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    swapped = []
+    for name, child in list(module.named_children()):
+        if isinstance(child, (nn.Linear, nn.Conv2d)):
+            setattr(module, name, _CopyOutput(child))
+            swapped.append((module, name, child))
+        else:
+            swapped += _wrap_layers(child)
+    return swapped
+
+
+def train_private(spec, job: Job, default_sgd: SGDConfig, dp: DPConfig, context: Context) -> JobResult:
+    from opacus import PrivacyEngine
+
+    if job.regulariser is not None or job.momentum is not None or job.loss_fn is not None:
+        raise FedcondError("DP-SGD runs FedAvg-style local jobs only (FedAvg, Conditional-FedAvg)")
+    sgd = job.sgd or default_sgd
+    n = len(job.y)
+    s = job.s if job.s is not None else torch.zeros(n, 0)
+    conditioned = job.s is not None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(np.random.SeedSequence([_DP_STREAM, *job.seed]).generate_state(1)[0]))
+        base = spec.build()
+        base.load_state_dict(job.params)
+        base.train()
+        swapped = _wrap_layers(base)
+        opt = torch.optim.SGD(base.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        loader = DataLoader(TensorDataset(job.x, s, job.y), batch_size=sgd.batch_size)
+        engine = PrivacyEngine(accountant="rdp")
+        losses, epoch_losses = [], []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Opacus warns about secure_mode=False (no CSPRNG): a research setting
+            model, opt, loader = engine.make_private(module=base, optimizer=opt, data_loader=loader,
+                                                     noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.max_grad_norm)
+            _train(model, opt, loader, job.epochs, conditioned, losses, epoch_losses)
+    _record(context, engine.accountant.history)
+    for parent, name, layer in swapped:
+        setattr(parent, name, layer)
+    params = clone_params(base.state_dict())
+    return JobResult(params, None, float(np.mean(losses)) if losses else float("nan"), len(losses), epoch_losses)
+
+
+def _train(model, opt, loader, epochs: int, conditioned: bool, losses: list, epoch_losses: list) -> None:
+    for _ in range(epochs):
+        start = len(losses)
+        for xb, sb, yb in loader:
+            if len(yb) == 0:
+                continue
+            loss = F.cross_entropy(model(xb, sb if conditioned else None), yb)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+        epoch_losses.append(float(np.mean(losses[start:])) if len(losses) > start else float("nan"))
+
+
+def _record(context: Context, history: list) -> None:
+    rec = context.state.get("fedcond.dp")
+    past = json.loads(rec["history"]) if rec is not None else []
+    context.state["fedcond.dp"] = ConfigRecord({"history": json.dumps(past + [list(h) for h in history])})
+
+
+def spent_epsilon(context: Context, delta: float) -> float:
+    """This client's epsilon at `delta` over every private step it has taken in this run."""
+    from opacus.accountants import RDPAccountant
+
+    rec = context.state.get("fedcond.dp")
+    if rec is None:
+        return 0.0
+    accountant = RDPAccountant()
+    accountant.history = [tuple(h) for h in json.loads(rec["history"])]
+    return float(accountant.get_epsilon(delta))

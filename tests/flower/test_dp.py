@@ -1,0 +1,26 @@
+"""DP-SGD (Opacus) on the clients: a private run of Conditional reports its (epsilon, delta)."""
+
+import numpy as np
+import pytest
+
+from flower_testing import DP_DELTA, DP_NOISE
+
+pytestmark = [pytest.mark.flower, pytest.mark.slow]
+
+
+def test_private_conditional_reports_its_privacy_budget(fl_scenario, flower_session):
+    from opacus.accountants import RDPAccountant
+
+    res, _ = flower_session["DP"]
+    plain, _ = flower_session["Conditional"]
+    assert res["delta"] == DP_DELTA
+    # the largest budget is the smallest client's: 2 rounds x 1 epoch of m = ceil(n / 64) Poisson-sampled
+    # steps at sampling rate q = 1 / m (Opacus's expected batch of 64)
+    m = -(-int(fl_scenario.federation.sizes().min()) // 64)
+    acc = RDPAccountant()
+    acc.history = [(DP_NOISE, 1 / m, 2 * m)]
+    assert 0 < res["epsilon"] < np.inf
+    assert res["epsilon"] == pytest.approx(acc.get_epsilon(DP_DELTA), rel=0.05)
+    assert res["per_client"] != plain["per_client"]  # noise and clipping changed the training
+    print(f"\nDP-SGD: epsilon {res['epsilon']:.2f} at delta {res['delta']:g}, accuracy {res['accuracy']:.4f} "
+          f"(non-private {plain['accuracy']:.4f})")
