@@ -8,6 +8,7 @@ import json
 import sys
 from collections import Counter
 
+from .experiments import PROTOCOLS
 from .errors import FedcondError
 
 EXIT_USAGE = 2
@@ -68,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="run every (experiment, method, seed) not yet in the results database")
     sw.add_argument("pattern", help="experiment names: a glob such as 'E1/mnist/*', or a comma list")
-    sw.add_argument("--protocol", default="paper", choices=["paper", "smoke"], help="paper (SPEC A.4) or smoke (tiny)")
+    sw.add_argument("--protocol", default="paper", choices=list(PROTOCOLS),
+                    help="paper (SPEC A.4), smoke (tiny, for CI) or short (4 epochs: fits a 2-core session)")
     sw.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
     sw.add_argument("--methods", help="comma list or all (default: the experiment's, the paper's eight)")
     sw.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
