@@ -153,8 +153,8 @@ def published_table(t: PublishedTable, protocol: str | None, cells: dict, label:
 def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, ...], label: str) -> list[str]:
     """Our experiments without a published table: the registry's (E2b, E4a), every one listed so
     progress shows, and any experiment name the registry does not know."""
-    names = [e.name for e in EXPERIMENTS.values() if not e.tables]
-    unknown = sorted({e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS and not e.startswith("MCDC/")},
+    names = [e.name for e in EXPERIMENTS.values() if not e.tables and not e.name.startswith("JDFL/")]  # JDFL: its own section
+    unknown = sorted({e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS and not e.startswith(("MCDC/", "JDFL/"))},
                      key=experiment_order)
     names += unknown
     wanted = set(names)

@@ -10,6 +10,7 @@ from ..algorithms import PAPER_METHODS
 from ..errors import FedcondError
 from ..experiments import PROTOCOLS
 from . import tables as md
+from .jdfl import jdfl_section
 from .data import cells as make_cells
 from .data import paper_results, protocol_order, published_tables, read_database
 
@@ -60,6 +61,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
         lines += md.unpublished(p, cells, PAPER_METHODS, label)
         lines += md.ari_section(p, cells, label)
         lines += md.study_section(p, cells, label)
+        lines += jdfl_section(p, ok, label)
         lines += [f"### Figures, {label}", ""]
         for f in draw_all(published, p, cells, out):
             if f.path is None:

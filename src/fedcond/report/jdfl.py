@@ -1,0 +1,179 @@
+"""The report's JDFL section (SPEC Part C): the main table (five bases x standalone / graded /
+random), per-domain accuracy, the hard-label ablation, the M sweep, the pseudo-domains' ARI and
+the discovery diagnostics, each with the claim it checks, read from the database rows.
+
+JDFL reports *global* test accuracy: over all domains' held-out images (the database's
+`weighted_accuracy`), mean ± sample std over seeds, in percent.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from ..experiments import DISCOVERY_GRID, JDFL_DATASETS, JDFL_SLOT_SWEEP
+from .tables import _table, pct
+
+BASES = ("FedAvg", "SCAFFOLD", "FedDyn", "FedDC", "FedProc")
+SCHEMES = ("jdfl-graded", "jdfl-random")
+
+
+def _by(rows: list[dict], experiment: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["experiment"] == experiment:
+            out.setdefault(r["method"], []).append(r)
+    return out
+
+
+def _acc(rows: list[dict] | None) -> list[float]:
+    return [r["weighted_accuracy"] for r in rows or [] if r["weighted_accuracy"] is not None]
+
+
+def _text(values: list[float]) -> str:
+    if not values:
+        return "not run"
+    mean = pct(statistics.fmean(values))
+    return mean + (f" ± {pct(statistics.stdev(values))}" if len(values) >= 2 else "") + f" (n={len(values)})"
+
+
+def _delta(values: list[float], ref: list[float]) -> str:
+    if not values or not ref:
+        return ""
+    return f" [{100 * (statistics.fmean(values) - statistics.fmean(ref)):+.1f} pp]"
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def jdfl_section(protocol: str | None, ok: list[dict], label: str) -> list[str]:
+    rows = [r for r in ok if r["protocol_name"] == protocol and (r["experiment"] or "").startswith("JDFL/")]
+    lines = [f"### JDFL (SPEC Part C), {label}", ""]
+    if not rows:
+        return lines + ["No JDFL run of this protocol.", ""]
+    lines += ["Global test accuracy (all domains' held-out images), %, mean ± std over seeds; "
+              "[difference to the base standalone, pp].", ""]
+    for short in JDFL_DATASETS:
+        lines += _dataset(short, rows)
+    return lines
+
+
+def _dataset(short: str, rows: list[dict]) -> list[str]:
+    main, ablation = _by(rows, f"JDFL/{short}/main"), _by(rows, f"JDFL/{short}/ablation")
+    sweep, disc = _by(rows, f"JDFL/{short}/m_sweep"), _by(rows, f"JDFL/{short}/discovery")
+    if not (main or ablation or sweep or disc):
+        return []
+    out = [f"#### {short}", ""]
+    if main:
+        out += ["Main table: each base standalone (C-way head) and with JDFL's expanded head, M from the elbow.", ""]
+        table, verdicts = [], []
+        for b in BASES:
+            base = _acc(main.get(b))
+            cols = [_text(base)]
+            for s in SCHEMES:
+                got = _acc(main.get(f"{b}+{s}"))
+                cols.append(_text(got) + _delta(got, base))
+                if got and base:
+                    verdicts.append((b, s, statistics.fmean(got) - statistics.fmean(base)))
+            table.append([b] + cols)
+        out += _table(["base", "standalone", "+ JDFL graded", "+ JDFL random"], table) + [""]
+        if verdicts:
+            wins = [f"{b} + {s.split('-')[1]}" for b, s, d in verdicts if d > 0]
+            losses = [f"{b} + {s.split('-')[1]} ({100 * d:+.1f} pp)" for b, s, d in verdicts if d <= 0]
+            out += [f"Claim 'either JDFL scheme improves every base': improved in {len(wins)} of {len(verdicts)} pairs"
+                    + (f"; not improved: {', '.join(losses)}." if losses else "."), ""]
+            best = []
+            for b in BASES:
+                ds = {s: d for bb, s, d in verdicts if bb == b}
+                if len(ds) == 2:
+                    best.append(f"{b}: {max(ds, key=ds.get).split('-')[1]}")
+            out += ["Scheme that helps each base more (the claim: random for FedAvg and SCAFFOLD, graded for "
+                    "FedDyn, FedDC and FedProc): " + ", ".join(best) + ".", ""]
+        out += _per_domain(main)
+        out += _pseudo_domains(main)
+    if ablation or main:
+        fedavg = _acc(main.get("FedAvg"))
+        table = [["FedAvg (C-way head)", _text(fedavg)]]
+        for name, label in (("FedAvg+expanded-hard", "expanded head, hard client-fixed joint labels"),
+                            ("FedAvg+jdfl-graded", "expanded head, graded (JDFL)"),
+                            ("FedAvg+jdfl-random", "expanded head, random (JDFL)")):
+            src = ablation if name in ablation else main
+            got = _acc(src.get(name))
+            table.append([label, _text(got) + _delta(got, fedavg)])
+        out += ["Ablation (FedAvg base; the claim: hard labels do not give the gain, graded and random do).", ""]
+        out += _table(["head and targets", "accuracy"], table) + [""]
+    if sweep:
+        fedavg = _acc(main.get("FedAvg"))
+        table = [["1 (FedAvg)", _text(fedavg), _text(fedavg)]]
+        for m in JDFL_SLOT_SWEEP:
+            table.append([str(m)] + [_text(g := _acc(sweep.get(f"FedAvg+{s}(M={m})"))) + _delta(g, fedavg) for s in SCHEMES])
+        out += ["M sweep (FedAvg base, M fixed; the claim: both schemes beat M = 1 throughout, little sensitivity).", ""]
+        out += _table(["M", "graded", "random"], table) + [""]
+    if disc:
+        out += _discovery(disc)
+    return out
+
+
+def _per_domain(main: dict[str, list[dict]]) -> list[str]:
+    domains = None
+    table = []
+    for method in [m for b in BASES for m in (b, *(f"{b}+{s}" for s in SCHEMES))]:
+        rs = main.get(method) or []
+        accs = [r["extra"].get("cluster_accuracy") for r in rs if r["extra"].get("cluster_accuracy")]
+        if not accs:
+            continue
+        domains = domains or _domain_order(list(accs[0]))
+        table.append([method] + [pct(statistics.fmean(a[d] for a in accs)) for d in domains])
+    if not table:
+        return []
+    return ["Per-domain accuracy (%, mean over seeds):", ""] + _table(["method"] + domains, table) + [""]
+
+
+def _domain_order(names: list[str]) -> list[str]:
+    """The datasets' own domain order (the database stores them sorted by name)."""
+    from ..data.office_caltech import DOMAINS as OFFICE
+    from ..data.pacs import DOMAINS as PACS
+
+    for order in (PACS, OFFICE):
+        if set(names) == set(order):
+            return list(order)
+    return sorted(names)
+
+
+def _pseudo_domains(main: dict[str, list[dict]]) -> list[str]:
+    found = [(r["extra"]["pseudo_domains"], r["extra"].get("ari")) for rs in main.values() for r in rs if "pseudo_domains" in r["extra"]]
+    if not found:
+        return []
+    seeds = {}
+    for rs in main.values():
+        for r in rs:
+            if "pseudo_domains" in r["extra"]:
+                seeds[r["seed"]] = (r["extra"]["pseudo_domains"], r["extra"].get("ari"))
+    text = "; ".join(f"seed {s}: M = {m}, ARI {a:.3f}" for s, (m, a) in sorted(seeds.items()))
+    return [f"Pseudo-domains found by discovery (E0 = 3, layers B, elbow) against the true domains: {text}.", ""]
+
+
+def _discovery(disc: dict[str, list[dict]]) -> list[str]:
+    from ..jdfl.diagnostics import parse
+
+    cells: dict[tuple, list[dict]] = {}
+    for name, rs in disc.items():
+        cells[parse(name)] = [r["extra"] for r in rs]
+    out = ["Discovery diagnostics: ARI of the pseudo-domains with M fixed to the true number of domains "
+           "(mean over seeds), by E0 (rows), batch size and layer subset (A head, B last conv + head, C last two convs + head).", ""]
+    head = ["E0"] + [f"b={b} {lay}" for b in DISCOVERY_GRID["batch"] for lay in DISCOVERY_GRID["layers"]]
+    table = []
+    for e in DISCOVERY_GRID["e0"]:
+        row = [str(e)]
+        for b in DISCOVERY_GRID["batch"]:
+            for lay in DISCOVERY_GRID["layers"]:
+                ex = cells.get((e, b, lay))
+                row.append(f"{statistics.fmean(x['ari'] for x in ex):.2f}" if ex else "-")
+        table.append(row)
+    out += _table(head, table) + [""]
+    picks = [x["elbow"] for exs in cells.values() for x in exs]
+    true_m = next(x["true_domains"] for exs in cells.values() for x in exs)
+    hist = {m: picks.count(m) for m in sorted(set(picks))}
+    out += [f"The elbow picked M = {true_m} (the true number) in {hist.get(true_m, 0)} of {len(picks)} cells; "
+            "picks: " + ", ".join(f"M={m}: {n}" for m, n in hist.items()) + ".", ""]
+    return out

@@ -1,0 +1,47 @@
+"""The report's JDFL section, from a fixture database written as a sweep writes it (no training)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from fedcond import results
+from fedcond.report import write_report
+
+
+def _save(con, experiment, method, seed, acc, extra=None, accuracy=None):
+    r = SimpleNamespace(accuracy=acc if accuracy is None else accuracy, accuracy_std=0.0, weighted_accuracy=acc,
+                        per_client=[acc], seconds=1.0, rounds=4, hyperparameters={}, extra=extra or {})
+    results.save_run(con, family="domain", dataset="pacs", scenario={}, method=method, seed=seed, protocol={},
+                     result=r, experiment=experiment, protocol_name="short")
+
+
+def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
+    db = tmp_path / "j.sqlite"
+    con = results.connect(db)
+    doms = {"photo": 0.5, "art_painting": 0.4, "cartoon": 0.6, "sketch": 0.7}
+    for seed, shift in ((0, 0.0), (1, 0.02)):
+        _save(con, "JDFL/pacs/main", "FedAvg", seed, 0.40 + shift, {"cluster_accuracy": doms})
+        _save(con, "JDFL/pacs/main", "FedAvg+jdfl-graded", seed, 0.45 + shift,
+              {"cluster_accuracy": doms, "pseudo_domains": 4, "ari": 0.8})
+        _save(con, "JDFL/pacs/main", "FedAvg+jdfl-random", seed, 0.38 + shift, {"cluster_accuracy": doms})
+        _save(con, "JDFL/pacs/main", "SCAFFOLD", seed, 0.30)
+        _save(con, "JDFL/pacs/main", "SCAFFOLD+jdfl-random", seed, 0.35)
+    _save(con, "JDFL/pacs/ablation", "FedAvg+expanded-hard", 0, 0.39)
+    _save(con, "JDFL/pacs/m_sweep", "FedAvg+jdfl-graded(M=3)", 0, 0.44)
+    for e0, ari, elbow in ((1, 0.25, 3), (3, 0.75, 4)):
+        _save(con, "JDFL/pacs/discovery", f"discovery(e0={e0},batch=64,layers=B)", 0, float("nan"),
+              {"ari": ari, "elbow": elbow, "true_domains": 4})
+    con.close()
+    text = write_report(db, tmp_path / "out").read_text()
+    jd = text[text.index("### JDFL (SPEC Part C)"):]
+    assert "| FedAvg | 41.0 ± 1.4 (n=2) | 46.0 ± 1.4 (n=2) [+5.0 pp] | 39.0 ± 1.4 (n=2) [-2.0 pp] |" in jd
+    assert "| SCAFFOLD | 30.0 ± 0.0 (n=2) | not run | 35.0 ± 0.0 (n=2) [+5.0 pp] |" in jd
+    assert "improved in 2 of 3 pairs; not improved: FedAvg + random (-2.0 pp)." in jd
+    assert "FedAvg: graded" in jd  # the scheme that helps FedAvg more here
+    assert "| expanded head, hard client-fixed joint labels | 39.0 (n=1) [-2.0 pp] |" in jd
+    assert "| 3 | 44.0 (n=1) [+3.0 pp] | not run |" in jd
+    assert "seed 0: M = 4, ARI 0.800" in jd and "| photo | art_painting | cartoon | sketch |" in jd.replace("method | ", "")
+    assert "| 3 | - | - | - | - | - | - | - | 0.75 | - |" in jd
+    assert "The elbow picked M = 4 (the true number) in 1 of 2 cells" in jd
+    generic = text[text.index("### Experiments without a published table"):text.index("### Cluster recovery")]
+    assert "JDFL/" not in generic  # JDFL has its own section, not a column per method in the generic table
