@@ -1,7 +1,5 @@
 """JDFL's discovery (planted domains are recovered), the wrapper's identities and its wiring."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch

@@ -83,7 +83,6 @@ def test_one_slot_is_plain_cross_entropy_for_every_scheme():
 def test_collapse_sums_or_maxes_the_slots_probabilities():
     # M = 2 slots, C = 2 classes; softmax over the 4 outputs [(0,a), (0,b), (1,a), (1,b)]
     logits = torch.log(torch.tensor([[0.30, 0.00001, 0.30, 0.39999]]))
-    p = torch.tensor([[0.30, 0.00001, 0.30, 0.39999]])
     assert torch.allclose(collapse(logits, 2, "sum"), torch.tensor([[0.60, 0.4]]), atol=1e-5)
     assert collapse(logits, 2, "sum").argmax(1).item() == 0  # class a: 0.6 in total
     assert collapse(logits, 2, "max").argmax(1).item() == 1  # class b: the single largest slot

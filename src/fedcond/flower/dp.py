@@ -72,10 +72,10 @@ def train_private(spec, job: Job, default_sgd: SGDConfig, dp: DPConfig, context:
         swapped = _wrap_layers(base)
         opt = torch.optim.SGD(base.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         loader = DataLoader(TensorDataset(job.x, s, job.y), batch_size=sgd.batch_size)
-        engine = PrivacyEngine(accountant="rdp")
         losses, epoch_losses = [], []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Opacus warns about secure_mode=False (no CSPRNG): a research setting
+            engine = PrivacyEngine(accountant="rdp")
             model, opt, loader = engine.make_private(module=base, optimizer=opt, data_loader=loader,
                                                      noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.max_grad_norm)
             _train(model, opt, loader, job.epochs, conditioned, losses, epoch_losses)

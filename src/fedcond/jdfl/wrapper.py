@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import FedcondError
 from .discovery import Discovery, DiscoveryConfig, discover
 from .targets import COLLAPSES, SCHEMES, JointLabelLoss, collapse, default_alpha, graded_weights
@@ -111,7 +109,3 @@ class JDFL:
         disc = state.extra["jdfl"]
         return self._tag(self.base.round(self.context(ctx, disc), state, r), disc)
 
-
-def inertia_summary(disc: Discovery) -> dict:
-    return {"inertia": list(disc.inertia), "elbow": disc.elbow, "slots": disc.slots, "domains": list(disc.domains),
-            "centroid_cos": np.round(disc.centroid_cos, 4).tolist()}
