@@ -1,4 +1,4 @@
-"""The masked secure sum: the server gets the exact sum and z-score, and no single upload says anything."""
+"""The masked secure sum: the server gets the exact sums and z-score, and no single upload says anything."""
 
 import numpy as np
 import pytest
@@ -16,27 +16,39 @@ def uploads_for(values):
     return [secure_sum.masked_upload(v, i, keys[i][0], publics) for i, v in enumerate(values)]
 
 
-def test_masks_cancel_in_the_sum_only():
+def secure_zscore(raw):
+    s1, s2 = secure_sum.unmask_sums(uploads_for(list(raw)))
+    mean, std = secure_sum.zscore_from_sums(s1, s2, len(raw))
+    return (raw - mean) / np.where(std > 0, std, 1.0)
+
+
+def test_sums_are_exact_and_single_uploads_are_noise():
     rng = np.random.default_rng(0)
     raw = rng.gamma(2.0, 3.0, size=(6, 32))  # eigenvalue-like, [N, L]
-    ups = uploads_for([np.concatenate([v, v**2]) for v in raw])
-    total = secure_sum.unmask_sum(ups)
-    np.testing.assert_allclose(total[:32], raw.sum(axis=0), rtol=0, atol=1e-8)
-    for i, u in enumerate(ups):  # a single upload decodes to noise, not to the client's values
-        decoded = secure_sum.decode(u)
-        assert not np.allclose(decoded[:32], raw[i], rtol=1e-3)
-        assert np.abs(decoded).max() > 1e6
-    mean, std = secure_sum.zscore_from_sums(total, len(raw), 32)
-    z_secure = (raw - mean) / std
-    np.testing.assert_allclose(z_secure, S.normalise(raw, "zscore"), rtol=0, atol=1e-7)
+    ups = uploads_for(list(raw))
+    s1, s2 = secure_sum.unmask_sums(ups)
+    assert s1 == [sum(col) for col in zip(*[secure_sum.quantise(v) for v in raw])]  # exact integers
+    for i, u in enumerate(ups):  # one upload, read as this client's fixed point, is not its values
+        alone, _ = secure_sum.unmask_sums([u])
+        assert not np.allclose(np.array(alone, dtype=float) / 2.0**64, raw[i], rtol=1e-3)
+
+
+def test_zscore_equals_the_pooled_one_even_for_tiny_spreads():
+    rng = np.random.default_rng(1)
+    # large eigenvalues with tiny spread across clients: E[v^2] - E[v]^2 in floats would lose ~8 digits
+    raw = np.concatenate([50.0 + 1e-4 * rng.random((10, 4)), 1e-3 * rng.random((10, 4)), np.zeros((10, 2))], axis=1)
+    z_secure, z_pooled = secure_zscore(raw), S.normalise(raw, "zscore")
+    np.testing.assert_allclose(z_secure, z_pooled, rtol=0, atol=1e-9)
+    assert (z_secure.astype(np.float32) == z_pooled.astype(np.float32)).mean() > 0.95
+    assert np.all(z_secure[:, -2:] == 0)  # constant components become 0, as in the pooled z-score
 
 
 def test_one_client_cannot_unmask_without_the_others():
-    raw = np.arange(8.0).reshape(2, 4)
-    ups = uploads_for(list(raw))
-    assert not np.allclose(secure_sum.unmask_sum(ups[:1]), raw[0])
+    raw = np.arange(8.0).reshape(2, 4) + 1
+    s1, _ = secure_sum.unmask_sums(uploads_for(list(raw))[:1])
+    assert not np.allclose(np.array(s1, dtype=float) / 2.0**64, raw[0])
 
 
 def test_values_too_large_for_fixed_point_are_refused():
-    with pytest.raises(FedcondError, match="too large"):
-        secure_sum.encode(np.array([1e12]), num_clients=10)
+    with pytest.raises(FedcondError, match="below 2\\^40"):
+        secure_sum.quantise(np.array([1e13]))

@@ -134,8 +134,8 @@ def secagg(msg: Message, context: Context) -> Message:
     _, index = _setup(context)
     raw = _raw_stats(context)
     publics = {int(k): bytes.fromhex(v) for k, v in json.loads(job["publics"]).items()}
-    upload = secure_sum.masked_upload(np.concatenate([raw, raw**2]), index, context.state["fedcond.secagg"]["private"], publics)
-    return _reply(msg, {"masked": upload.tobytes()})
+    upload = secure_sum.masked_upload(raw, index, context.state["fedcond.secagg"]["private"], publics)
+    return _reply(msg, {"masked": upload})
 
 
 @app.query("stats")

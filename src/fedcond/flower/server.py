@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -187,8 +188,8 @@ def secure_normalisation(exchange: Exchange, clients: list[int], width: int, how
                             for i in clients}, "query.secagg", "stats")
         if len(uploads) < len(clients):
             raise FedcondError("secure normalisation: a client dropped out before its masked upload; start the run again")
-        total = secure_sum.unmask_sum([np.frombuffer(uploads[i]["result"]["masked"], dtype=np.uint64) for i in clients])
-        mean, std = secure_sum.zscore_from_sums(total, len(clients), width)
+        s1, s2 = secure_sum.unmask_sums([uploads[i]["result"]["masked"] for i in clients])
+        mean, std = secure_sum.zscore_from_sums(s1, s2, len(clients))
         content = {"how": "zscore", "mean": json.dumps(mean.tolist()), "std": json.dumps(std.tolist())}
         replies = exchange({i: RecordDict({"job": ConfigRecord(content)}) for i in clients}, "query.stats", "stats")
         log(f"statistics z-scored from a masked secure sum over {len(clients)} clients")
@@ -212,7 +213,11 @@ def load_checkpoint(path: Path, run: FlowerRun) -> tuple[State, int] | None:
     return ckpt["state"], int(ckpt["rounds_done"])
 
 
-def serve(grid, run: FlowerRun, log: Callable[[str], None] = print) -> dict:
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def serve(grid, run: FlowerRun, log: Callable[[str], None] = _to_stderr) -> dict:
     """The whole run on the server: connect, normalise statistics, rounds, client-side evaluation."""
     torch.set_num_threads(1)
     start = time.perf_counter()
