@@ -9,7 +9,6 @@ Every message that reaches the server is recorded at the grid (the only way in) 
 - Ditto: no array equals, bit for bit, any tensor of any client's personal model after any round.
 """
 
-import json
 import re
 
 import numpy as np

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 
 import numpy as np
 import torch
@@ -24,7 +23,7 @@ from ..errors import FedcondError
 from ..models import ModelSpec
 from . import secure_sum
 from .config import FlowerRun
-from .wire import ClientHeld, decode_jobs, encode_results, from_record, to_record
+from .wire import decode_jobs, encode_results, from_record, to_record
 
 _SCENARIOS: dict = {}  # per process: a Ray actor serves many simulated nodes of the same scenario
 _ENGINES: dict = {}
