@@ -26,7 +26,7 @@ def test_every_published_setting_has_an_experiment():
     missing = {(r["table"], r["dataset"], r["setting"]) for r in rows} - covered
     assert not missing, sorted(missing)
     assert len([e for e in EXPERIMENTS if not e.startswith("JDFL/")]) == 103  # the paper's (Part A)
-    assert len([e for e in EXPERIMENTS if e.startswith("JDFL/")]) == 7  # main, ablation, m_sweep x 2 datasets + discovery
+    assert len([e for e in EXPERIMENTS if e.startswith("JDFL/")]) == 9  # main, ablation, replicate, m_sweep x 2 datasets + discovery
 
 
 def test_select_by_glob_and_error_names_closest():

@@ -115,7 +115,8 @@ DISCOVERY_GRID = {"e0": (1, 2, 3, 4, 5), "batch": (16, 32, 64), "layers": ("A", 
 def jdfl_experiments() -> list[Experiment]:
     """Per dataset: `main` (five bases x {standalone, graded, random}), `ablation` (FedAvg with the
     hard client-fixed joint labels; its FedAvg, graded and random cells are main's), `m_sweep`
-    (FedAvg with M fixed to 2..7; M = 1 is FedAvg itself) and, on PACS, `discovery` (the ARI of the
+    (FedAvg with M fixed to 2..7; M = 1 is FedAvg itself), `replicate` (main's JDFL cells with the
+    head initialised as M copies of the base's C-way head instead of drawn anew) and, on PACS, `discovery` (the ARI of the
     pseudo-domains with M = 4 over E0 x batch x layer subset, and what the elbow picks)."""
     from .algorithms import JDFL_BASES
 
@@ -125,6 +126,8 @@ def jdfl_experiments() -> list[Experiment]:
         common = dict(family="domain", dataset=dataset, clients_per_cluster=5)
         out.append(Experiment(f"JDFL/{short}/main", methods=tuple(m for b in bases for m in (b, *(f"{b}+{s}" for s in JDFL_SCHEMES))), **common))
         out.append(Experiment(f"JDFL/{short}/ablation", methods=("FedAvg+expanded-hard",), **common))
+        out.append(Experiment(f"JDFL/{short}/replicate", methods=tuple(f"{b}+{s}(init=replicate)" for b in bases for s in JDFL_SCHEMES),
+                              **common))
         out.append(Experiment(f"JDFL/{short}/m_sweep", methods=tuple(f"FedAvg+{s}(M={m})" for m in JDFL_SLOT_SWEEP for s in JDFL_SCHEMES), **common))
     out.append(Experiment("JDFL/pacs/discovery", family="domain", dataset="pacs", clients_per_cluster=5, kind="discovery",
                           methods=tuple(f"discovery(e0={e},batch={b},layers={lay})" for b in DISCOVERY_GRID["batch"]

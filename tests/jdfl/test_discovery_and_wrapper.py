@@ -141,3 +141,29 @@ def test_method_names():
                 "fedavg+jdfl-graded(M=0)"):
         with pytest.raises(FedcondError):
             make_algorithm(bad)
+
+
+def test_replicated_head_starts_as_the_base(rotated_digits):
+    """init=replicate: the base's own initial weights, its C-way head tiled over the M slots, so the
+    collapsed (sum) prediction at the start is the base's softmax, exactly."""
+    import torch.nn.functional as F
+
+    from fedcond.jdfl.targets import collapse
+
+    ctx = ctx_for(rotated_digits)
+    base0 = ctx.init_params(False)
+    alg = make_algorithm("FedAvg+jdfl-graded(M=4,e0=1,init=replicate)")
+    assert alg.head_init == "replicate"
+    w = alg.init(ctx).models[0]
+    assert all(torch.equal(w[k], base0[k]) for k in base0 if not k.startswith("fc2."))
+    assert torch.equal(w["fc2.weight"], base0["fc2.weight"].repeat(4, 1)) and w["fc2.bias"].shape == (40,)
+    x = rotated_digits.federation.clients[0].x_test[:16]
+    big, small = ModelSpec((1, 28, 28), 40, mean=ctx.plain_model.mean, std=ctx.plain_model.std).build(), ctx.plain_model.build()
+    big.load_state_dict(w), small.load_state_dict(base0)
+    big.eval(), small.eval()
+    with torch.no_grad():
+        assert torch.allclose(collapse(big(x), 4), F.softmax(small(x), 1), atol=1e-6)
+    fresh = make_algorithm("FedAvg+jdfl-graded(M=4,e0=1)").init(ctx).models[0]
+    assert not torch.equal(fresh["fc2.weight"][10:20], base0["fc2.weight"])  # fresh: the other slots are new draws
+    with pytest.raises(FedcondError):
+        make_algorithm("FedAvg+jdfl-graded(init=zeros)")

@@ -81,7 +81,7 @@ def test_registered_jdfl_experiments():
     disc = EXPERIMENTS["JDFL/pacs/discovery"]
     assert disc.kind == "discovery" and len(disc.methods) == 45
     assert {diagnostics.parse(m) for m in disc.methods} == {(e, b, lay) for e in range(1, 6) for b in (16, 32, 64) for lay in "ABC"}
-    assert [e.name for e in select("JDFL/office/*")] == ["JDFL/office/main", "JDFL/office/ablation", "JDFL/office/m_sweep"]
+    assert [e.name for e in select("JDFL/office/*")] == ["JDFL/office/main", "JDFL/office/ablation", "JDFL/office/replicate", "JDFL/office/m_sweep"]
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ class Context:
     truth: GroundTruth | None = None
     # JDFL (fedcond.jdfl): the expanded head's per-client targets and class-only collapse; None: plain CE
     supervision: "object | None" = None
+    initial_params: Params | None = None  # every model starts from these (JDFL's replicated head); None: drawn
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -44,6 +45,8 @@ class Context:
 
     def init_params(self, conditioned: bool, index: int = 0) -> Params:
         """Fresh weights, drawn from a stream named by (seed, purpose 'init', model index)."""
+        if self.initial_params is not None:
+            return clone_params(self.initial_params)
         gen_state = torch.random.get_rng_state()
         torch.manual_seed(int(np.random.SeedSequence([self.seed, 0x1417, index]).generate_state(1)[0]))
         params = clone_params(self.spec(conditioned).build().state_dict())

@@ -17,6 +17,26 @@ from .discovery import Discovery, DiscoveryConfig, discover
 from .targets import COLLAPSES, SCHEMES, JointLabelLoss, collapse, default_alpha, graded_weights
 
 
+HEAD_INITS = ("fresh", "replicate")
+
+
+def replicated_head(ctx, slots: int) -> dict:
+    """The base's initial weights (same stream as the base draws) with the C-way head tiled over the
+    M slots, slot-major: with identical slots the collapsed (sum) prediction and the body's
+    gradient start exactly as the base's, and the slots separate as they learn the domains."""
+    import torch
+
+    from .discovery import layer_names
+
+    key = ("jdfl-replicated", slots)
+    if key not in ctx._cache:
+        w = ctx.init_params(False)
+        with torch.random.fork_rng(devices=[]):
+            head = set(layer_names(ctx.spec(False).build(), "A"))
+        ctx._cache[key] = {k: (v.repeat(slots, *([1] * (v.ndim - 1))) if k in head else v) for k, v in w.items()}
+    return ctx._cache[key]
+
+
 @dataclass(frozen=True)
 class Supervision:
     """What a JDFL context carries: per-client targets and the class-only collapse."""
@@ -53,6 +73,8 @@ class JDFL:
     tau: float = 0.1  # graded: temperature of the centroid-similarity softmax
     phi: float = 1.0  # random: mass of the drawn slot
     collapse: str = "sum"  # class-only prediction: sum (default) or max of the slots' probabilities
+    head_init: str = "fresh"  # fresh: the M x C model drawn anew | replicate: the base's own initial
+    #   weights with its C-way head copied into every slot (the collapsed output starts as the base's)
 
     needs_truth = False
 
@@ -67,6 +89,8 @@ class JDFL:
             raise FedcondError(f"alpha must be in (0, 1], got {self.alpha}")
         if self.tau <= 0 or not 0.0 < self.phi <= 1.0:
             raise FedcondError(f"JDFL needs tau > 0 and phi in (0, 1], got tau={self.tau}, phi={self.phi}")
+        if self.head_init not in HEAD_INITS:
+            raise FedcondError(f"unknown head_init '{self.head_init}'; choose {' or '.join(HEAD_INITS)}")
         DiscoveryConfig(self.e0, self.discovery_batch, self.layers, self.slots, self.max_slots)  # validates
 
     @property
@@ -91,7 +115,9 @@ class JDFL:
             return ctx
         c = ctx.federation.num_classes
         plain = dataclasses.replace(ctx.plain_model, num_classes=disc.slots * c)
-        return dataclasses.replace(ctx, plain_model=plain, supervision=self.supervision(disc, c), _cache=ctx._cache)
+        initial = replicated_head(ctx, disc.slots) if self.head_init == "replicate" else None
+        return dataclasses.replace(ctx, plain_model=plain, supervision=self.supervision(disc, c), initial_params=initial,
+                                   _cache=ctx._cache)
 
     def evaluation_context(self, ctx, state):
         return self.context(ctx, state.extra["jdfl"])
