@@ -28,6 +28,7 @@ def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
         _save(con, "JDFL/pacs/main", "SCAFFOLD+jdfl-random", seed, 0.35)
     _save(con, "JDFL/pacs/ablation", "FedAvg+expanded-hard", 0, 0.39)
     _save(con, "JDFL/pacs/m_sweep", "FedAvg+jdfl-graded(M=3)", 0, 0.44)
+    _save(con, "JDFL/pacs/replicate", "FedAvg+jdfl-random(init=replicate)", 0, 0.425)
     for e0, ari, elbow in ((1, 0.25, 3), (3, 0.75, 4)):
         _save(con, "JDFL/pacs/discovery", f"discovery(e0={e0},batch=64,layers=B)", 0, float("nan"),
               {"ari": ari, "elbow": elbow, "true_domains": 4})
@@ -40,6 +41,7 @@ def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
     assert "FedAvg: graded" in jd  # the scheme that helps FedAvg more here
     assert "| expanded head, hard client-fixed joint labels | 39.0 (n=1) [-2.0 pp] |" in jd
     assert "| 3 | 44.0 (n=1) [+3.0 pp] | not run |" in jd
+    assert "| FedAvg | 41.0 ± 1.4 (n=2) | not run | 42.5 (n=1) [+1.5 pp] |" in jd  # the replicated head
     assert "seed 0: M = 4, ARI 0.800" in jd and "| photo | art_painting | cartoon | sketch |" in jd.replace("method | ", "")
     assert "| 3 | - | - | - | - | - | - | - | 0.75 | - |" in jd
     assert "The elbow picked M = 4 (the true number) in 1 of 2 cells" in jd

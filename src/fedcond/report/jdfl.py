@@ -61,7 +61,8 @@ def jdfl_section(protocol: str | None, ok: list[dict], label: str) -> list[str]:
 def _dataset(short: str, rows: list[dict]) -> list[str]:
     main, ablation = _by(rows, f"JDFL/{short}/main"), _by(rows, f"JDFL/{short}/ablation")
     sweep, disc = _by(rows, f"JDFL/{short}/m_sweep"), _by(rows, f"JDFL/{short}/discovery")
-    if not (main or ablation or sweep or disc):
+    replicate = _by(rows, f"JDFL/{short}/replicate")
+    if not (main or ablation or sweep or disc or replicate):
         return []
     out = [f"#### {short}", ""]
     if main:
@@ -91,6 +92,15 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
                     "FedDyn, FedDC and FedProc): " + ", ".join(best) + ".", ""]
         out += _per_domain(main)
         out += _pseudo_domains(main)
+    if replicate:
+        table = []
+        for b in BASES:
+            base = _acc(main.get(b))
+            table.append([b, _text(base)] + [_text(g := _acc(replicate.get(f"{b}+{s}(init=replicate)"))) + _delta(g, base)
+                                             for s in SCHEMES])
+        out += ["Replicated head (`init=replicate`: the expanded head starts as M copies of the base's C-way head, "
+                "so the collapsed output starts as the base's; main's cells draw it anew).", ""]
+        out += _table(["base", "standalone", "+ graded, replicated head", "+ random, replicated head"], table) + [""]
     if ablation or main:
         fedavg = _acc(main.get("FedAvg"))
         table = [["FedAvg (C-way head)", _text(fedavg)]]
