@@ -13,7 +13,6 @@ import re
 import time
 from typing import Iterator
 
-import numpy as np
 import torch
 
 from ..errors import FedcondError
@@ -68,8 +67,3 @@ def run_cells(scenario, names: list[str], protocol, seed: int, workers: int = 1)
     finally:
         engine.close()
 
-
-def summary(rows: list[dict]) -> dict:
-    """How often the elbow picked the true number of domains, over rows of discovery cells."""
-    hits = [r["extra"]["elbow"] == r["extra"]["true_domains"] for r in rows]
-    return {"cells": len(hits), "elbow_true": int(np.sum(hits))}

@@ -151,14 +151,13 @@ def _domain_order(names: list[str]) -> list[str]:
 
 
 def _pseudo_domains(main: dict[str, list[dict]]) -> list[str]:
-    found = [(r["extra"]["pseudo_domains"], r["extra"].get("ari")) for rs in main.values() for r in rs if "pseudo_domains" in r["extra"]]
-    if not found:
-        return []
     seeds = {}
     for rs in main.values():
         for r in rs:
             if "pseudo_domains" in r["extra"]:
                 seeds[r["seed"]] = (r["extra"]["pseudo_domains"], r["extra"].get("ari"))
+    if not seeds:
+        return []
     text = "; ".join(f"seed {s}: M = {m}, ARI {a:.3f}" for s, (m, a) in sorted(seeds.items()))
     return [f"Pseudo-domains found by discovery (E0 = 3, layers B, elbow) against the true domains: {text}.", ""]
 
