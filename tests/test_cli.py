@@ -59,6 +59,33 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
     assert err.count("\n") == 1 and err.startswith("fedcond: error:") and needle in err
 
 
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["run", "--momentum", "1.5"], "--momentum: expected a number in [0, 1), got 1.5"),
+        (["run", "--lr", "0"], "--lr: expected a number in (0, inf), got 0"),
+        (["run", "--lr", "abc"], "--lr: expected a number, got 'abc'"),
+        (["run", "--k", "x"], "--k: expected a whole number"),
+        (["nosuchcommand"], "invalid choice"),
+    ],
+)
+def test_argument_errors_are_one_line_exit_2(capsys, argv, needle):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    _, err = capsys.readouterr()
+    assert exc.value.code == 2
+    assert err.count("\n") == 1 and "error:" in err and needle in err
+
+
+def test_optimiser_flags_reach_the_protocol(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "run", "--methods", "FedAvg", "--epochs", "1", "--k", "2", "--lr", "0.05",
+                             "--momentum", "0", "--workers", "1", "--json", "--no-progress", "--db", str(tmp_path / "r.sqlite"))
+    assert code == 0, err
+    row = sqlite3.connect(tmp_path / "r.sqlite").execute("SELECT protocol FROM runs").fetchone()
+    protocol = json.loads(row[0])
+    assert protocol["lr"] == 0.05 and protocol["momentum"] == 0.0
+
+
 def test_missing_dataset_names_dir_variable_and_command(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "fedcond.cli", "scenario", "describe", "E1", "--dataset", "mnist", "--data-dir", str(tmp_path)],

@@ -24,6 +24,19 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _float_in(low: float, high: float, low_open: bool = False):
+    """An argparse type: a float in [low, high), or (low, high) when low_open."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+        if not (low < v if low_open else low <= v) or not v < high:
+            raise argparse.ArgumentTypeError(f"expected a number in {'(' if low_open else '['}{low:g}, {high:g}), got {text}")
+        return v
+    return parse
+
+
 def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> None:
     if family_positional:
         p.add_argument("family", help="E1, E2a, E2b, E3a, E3b, E4a, E4b or domain (JDFL: pacs, office_caltech)")
@@ -39,8 +52,15 @@ def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> N
     p.add_argument("--data-dir", help="dataset folder (default: $FEDCOND_DATA, else the user cache)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump); subcommand parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedcond", description="Client-conditional federated learning and its baselines.")
+    parser = _Parser(prog="fedcond", description="Client-conditional federated learning and its baselines.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="train methods on one scenario and print their accuracy (defaults: E1 on embedded digits)")
@@ -51,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "default: the paper's eight and Conditional-FedAvg")
     run.add_argument("--epochs", type=_positive_int, help="passes over the data (default 20, the paper's)")
     run.add_argument("--local-epochs", type=_positive_int, help="federated methods: local epochs per round (default 1)")
+    run.add_argument("--lr", type=_float_in(0, float("inf"), low_open=True), help="local SGD learning rate (default 0.01)")
+    run.add_argument("--momentum", type=_float_in(0, 1), help="local SGD momentum (default 0.9; reset every round)")
     run.add_argument("--conditioning", choices=["concat", "film"], help="how Conditional takes s (default concat)")
     run.add_argument("--stats-normalisation", choices=["zscore", "log", "none"], help="default zscore (the paper's)")
     run.add_argument("--encoder-source", choices=["cifar100", "cifar10", "pacs32"],

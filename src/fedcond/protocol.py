@@ -37,6 +37,8 @@ class Protocol:
                 raise FedcondError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise FedcondError(f"lr must be positive, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise FedcondError(f"momentum must be in [0, 1), got {self.momentum}")
         return self
 
     def replace(self, **changes) -> "Protocol":

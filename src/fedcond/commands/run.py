@@ -28,7 +28,7 @@ def scenario_spec(args, default_k: int) -> ScenarioSpec:
 def run_command(args) -> int:
     methods = resolve_methods(args.methods)
     protocol = PAPER.replace(
-        epochs=args.epochs, local_epochs=args.local_epochs, conditioning=args.conditioning,
+        epochs=args.epochs, local_epochs=args.local_epochs, lr=args.lr, momentum=args.momentum, conditioning=args.conditioning,
         stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source,
     )
     experiment, protocol_name = None, None
