@@ -107,6 +107,18 @@ def test_methods_resolve():
         assert hash(alg) == hash(cls())  # frozen dataclasses: hashable, comparable
 
 
+def test_names_carry_hyperparameters():
+    assert resolve_methods("gossip( independent_init=true ),FedProx(mu=0.1),FedAvg") == [
+        "Gossip(independent_init=True)", "FedProx(mu=0.1)", "FedAvg"]
+    assert make_algorithm("Gossip(independent_init=True)").independent_init is True
+    assert make_algorithm("FedProx(mu=0.25)").mu == 0.25
+    assert make_algorithm("IFCA(k=3)", num_clusters=2).k == 3  # the name wins over the true K
+    with pytest.raises(FedcondError, match="keys independent_init"):
+        resolve_methods("Gossip(foo=1)")
+    with pytest.raises(FedcondError, match="unknown method 'Nope'"):
+        resolve_methods("Nope(a=1)")
+
+
 def test_conditional_learns_on_digits():
     """On the embedded digits, E1 K=5: Conditional trains to high accuracy and beats FedAvg."""
     from fedcond import data

@@ -67,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_args(run, family_positional=False)
     run.add_argument("--experiment", help="take the scenario from the registry (e.g. E1/mnist/K=2/rich) and record the "
                      "rows under that name, so sweeps skip them and reports show them")
-    run.add_argument("--methods", help="comma list; all = the paper's eight; registry = every registered algorithm; "
-                     "default: the paper's eight and Conditional-FedAvg")
+    run.add_argument("--methods", help="comma list of NAME or NAME(key=value,...), e.g. 'FedAvg,Gossip(independent_init=true)'; "
+                     "all = the paper's eight; registry = every registered algorithm; default: the paper's eight and Conditional-FedAvg")
     run.add_argument("--epochs", type=_positive_int, help="passes over the data (default 20, the paper's)")
     run.add_argument("--local-epochs", type=_positive_int, help="federated methods: local epochs per round (default 1)")
     run.add_argument("--lr", type=_float_in(0, float("inf"), low_open=True), help="local SGD learning rate (default 0.01)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from ..errors import FedcondError
@@ -53,9 +54,12 @@ JDFL_BASES = ("FedAvg", "SCAFFOLD", "FedDyn", "FedDC", "FedProc", "FedProx")
 _PLUGIN_ARGS = {"m": "slots", "e0": "e0", "layers": "layers", "batch": "discovery_batch", "alpha": "alpha",
                 "tau": "tau", "phi": "phi", "collapse": "collapse", "max_m": "max_slots", "init": "head_init"}
 _COMPOSITE = re.compile(r"^\s*([\w-]+)\s*\+\s*([\w-]+)\s*(?:\((.*)\))?\s*$")
+_CALL = re.compile(r"^\s*([\w-]+)\s*\((.*)\)\s*$")  # a registered algorithm with hyper-parameters: NAME(key=value,...)
 
 
 def _parse_value(text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for cast in (int, float):
         try:
             return cast(text)
@@ -84,9 +88,34 @@ def parse_composite(name: str) -> tuple[str, str, dict] | None:
     return lookup[base.lower()], plugin, kw
 
 
+def parse_call(name: str) -> tuple[str, dict] | None:
+    """`NAME(key=value,...)` -> (registry name, hyper-parameters); None for a name without arguments.
+    Keys are the algorithm's fields, e.g. `Gossip(independent_init=true)`, `FedProx(mu=0.1)`."""
+    m = _CALL.match(name)
+    if not m:
+        return None
+    lookup = {k.lower(): k for k in ALGORITHMS}
+    base = m.group(1)
+    if base.lower() not in lookup:
+        raise FedcondError(f"unknown method '{base}'; choose from {', '.join(ALGORITHMS)}")
+    base = lookup[base.lower()]
+    fields = [f.name for f in dataclasses.fields(ALGORITHMS[base])]
+    kw = {}
+    for item in filter(None, (a.strip() for a in m.group(2).split(","))):
+        key, _, value = (t.strip() for t in item.partition("="))
+        if key not in fields or not value:
+            raise FedcondError(f"'{name}': bad argument '{item}'; use key=value with keys {', '.join(fields) or '(none)'}")
+        kw[key] = _parse_value(value)
+    return base, kw
+
+
 def canonical_name(name: str) -> str:
     """A method name as the results database stores it (registry casing; plug-in arguments as given)."""
     parts = parse_composite(name)
+    call = parse_call(name) if parts is None else None
+    if call is not None:
+        base, kw = call
+        return f"{base}({','.join(f'{k}={v}' for k, v in kw.items())})" if kw else base
     if parts is None:
         lookup = {k.lower(): k for k in ALGORITHMS}
         if name.strip().lower() not in lookup:
@@ -110,6 +139,10 @@ def make_algorithm(name: str, num_clusters: int | None = None, **hyper) -> Algor
             return JDFL(base=make_algorithm(base, num_clusters, **hyper), **kw)
         except TypeError as e:
             raise FedcondError(f"bad plug-in arguments for {name}: {e}") from None
+    call = parse_call(name)
+    if call is not None:
+        base, kw = call
+        return make_algorithm(base, num_clusters, **{**hyper, **kw})
     lookup = {k.lower(): k for k in ALGORITHMS}
     if name.lower() not in lookup:
         raise FedcondError(f"unknown method '{name}'; choose from {', '.join(ALGORITHMS)}")
