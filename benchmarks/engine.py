@@ -69,6 +69,54 @@ def flops_per_sample(spec: ModelSpec, batch: int = 64) -> float:
     return counter.get_total_flops() / batch
 
 
+def step_breakdown(spec: ModelSpec, sgd: SGDConfig, reps: int = 40) -> list[tuple[str, float, float]]:
+    """Where one training step of the engine's model goes, on one thread: (stage, seconds, FLOPs).
+
+    Each stage runs forward + backward on its own (the SGD step: the update alone), stages
+    interleaved and the median kept, so the machine's noise hits them alike.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cl = torch.channels_last
+    model = spec.build().to(memory_format=cl)
+    opt = torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum)
+    b = sgd.batch_size
+    x = torch.randint(0, 256, (b, *spec.input_shape), dtype=torch.uint8).contiguous(memory_format=cl)
+    y = torch.randint(0, spec.num_classes, (b,))
+    first, second = model.blocks
+    with torch.no_grad():
+        x1 = model.normalise(x)
+        h1 = first.rest(first.conv(x1))
+        c2 = second.conv(h1)
+        flat = second.rest(c2).flatten(1)
+    h1, c2, flat = (t.detach().requires_grad_() for t in (h1, c2, flat))
+
+    def run(fn):
+        out = fn()
+        out.backward(torch.ones_like(out) if out.dim() else None)
+
+    stages = {
+        "first block (conv 1->32, pool, ReLU)": lambda: run(lambda: first.rest(first.conv(x1))),
+        "conv 32->64": lambda: run(lambda: second.conv(h1)),
+        "pool, ReLU, flatten": lambda: run(lambda: second.rest(c2).flatten(1)),
+        "FC layers and loss": lambda: run(lambda: F.cross_entropy(model.fc2(F.relu(model.fc1(flat))), y)),
+    }
+    flops = {}
+    for name, fn in stages.items():
+        with FlopCounterMode(display=False) as counter:
+            fn()
+        flops[name] = counter.get_total_flops()
+    stages["SGD step (momentum)"] = opt.step
+    flops["SGD step (momentum)"] = 0.0
+    times: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(reps):
+        for name, fn in stages.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return [(name, sorted(ts)[len(ts) // 2], flops[name]) for name, ts in times.items()]
+
+
 def literal_model(spec: ModelSpec) -> torch.nn.Module:
     """The SPEC's CNN exactly as written (Conv ReLU MaxPool, out-of-place), as other frameworks run it;
     same parameter names as ours, so the same initial weights load."""
@@ -148,7 +196,7 @@ def main() -> None:
 
     t = time.perf_counter()
     loop_res = LoopEngine(sgd).train(spec, jobs)
-    report("loop backend (1 process)", time.perf_counter() - t)
+    loop_rate = report("loop backend (1 process)", time.perf_counter() - t)
     identical = all(torch.equal(a.params[k], b.params[k]) for a, b in zip(engine_res, loop_res) for k in a.params)
     print(f"  engine == loop backend, bitwise: {identical}")
 
@@ -163,6 +211,20 @@ def main() -> None:
 
     ceiling = matmul_ceiling(args.workers)
     print(f"{'ceiling (fp32 matmul, ' + str(args.workers) + ' x 1 thread)':34s} {ceiling / 1e9:27.1f} GFLOP/s")
+
+    # why the engine stops where it does: one step's stages, and the bound the dominant one sets
+    stages = step_breakdown(spec, sgd)
+    step = sum(t for _, t, _ in stages)
+    core = ceiling / args.workers
+    print(f"one step (batch {sgd.batch_size}, 1 thread), stage by stage:")
+    for name, t, fl in stages:
+        rate = f"{fl / t / 1e9:6.1f} GFLOP/s ({fl / t / core:.2f} of a core's matmul)" if fl else ""
+        print(f"  {name:38s} {t * 1e3:6.2f} ms {100 * t / step:4.0f}% of the time {100 * fl / (fps * sgd.batch_size):4.0f}% of the FLOPs  {rate}")
+    name, t_dom, fl_dom = max(stages, key=lambda s: s[2])
+    scaling = engine_rate / (args.workers * loop_rate)  # how well the workers together keep up with one alone
+    bound = args.workers * scaling * sgd.batch_size / t_dom
+    print(f"  bound: were every stage but '{name}' free, {args.workers} workers at this scaling ({scaling:.2f}) would reach "
+          f"{bound:.0f} samples/s: engine/conventional <= {bound / conv_rate:.2f}x")
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     print(f"peak resident memory (largest process): {peak / 1024:.0f} MiB")
     achieved = engine_rate * fps / ceiling
