@@ -72,45 +72,68 @@ def flops_per_sample(spec: ModelSpec, batch: int = 64) -> float:
 def step_breakdown(spec: ModelSpec, sgd: SGDConfig, reps: int = 40) -> list[tuple[str, float, float]]:
     """Where one training step of the engine's model goes, on one thread: (stage, seconds, FLOPs).
 
+    The model is the CPU engines' own (channels-last, with the compiled kernels where they built).
     Each stage runs forward + backward on its own (the SGD step: the update alone), stages
     interleaved and the median kept, so the machine's noise hits them alike.
     """
     from torch.utils.flop_counter import FlopCounterMode
 
+    from fedcond.engine.local_sgd import cpu_model
+    from fedcond.models import cpu_kernels
+
     cl = torch.channels_last
-    model = spec.build().to(memory_format=cl)
-    opt = torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum)
+    model = cpu_model(spec)
+    opt = torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum, fused=True)  # as train_job
     b = sgd.batch_size
     x = torch.randint(0, 256, (b, *spec.input_shape), dtype=torch.uint8).contiguous(memory_format=cl)
     y = torch.randint(0, spec.num_classes, (b,))
     first, second = model.blocks
+
+    def first_block(h):
+        if first.kernel == "first":
+            return cpu_kernels.FirstBlock.apply(h, first.conv.weight, first.conv.bias)
+        return first.rest(first.conv(h))
+
+    def pool(h):
+        return (cpu_kernels.PoolReLU.apply(h) if second.kernel else second.rest(h)).flatten(1)
+
     with torch.no_grad():
         x1 = model.normalise(x)
-        h1 = first.rest(first.conv(x1))
+        h1 = first_block(x1)
         c2 = second.conv(h1)
-        flat = second.rest(c2).flatten(1)
+        flat = pool(c2)
     h1, c2, flat = (t.detach().requires_grad_() for t in (h1, c2, flat))
 
     def run(fn):
         out = fn()
         out.backward(torch.ones_like(out) if out.dim() else None)
 
+    kernel = " (kernel)" if first.kernel else ""
     stages = {
-        "first block (conv 1->32, pool, ReLU)": lambda: run(lambda: first.rest(first.conv(x1))),
+        f"first block (conv 1->32, pool, ReLU){kernel}": lambda: run(lambda: first_block(x1)),
         "conv 32->64": lambda: run(lambda: second.conv(h1)),
-        "pool, ReLU, flatten": lambda: run(lambda: second.rest(c2).flatten(1)),
+        f"pool, ReLU, flatten{kernel}": lambda: run(lambda: pool(c2)),
         "FC layers and loss": lambda: run(lambda: F.cross_entropy(model.fc2(F.relu(model.fc1(flat))), y)),
     }
     flops = {}
+    kernels = first.kernel, second.kernel
+    first.kernel = second.kernel = None  # the counter sees torch ops only: count the stock layers' (same) FLOPs
     for name, fn in stages.items():
         with FlopCounterMode(display=False) as counter:
             fn()
         flops[name] = counter.get_total_flops()
-    stages["SGD step (momentum)"] = opt.step
-    flops["SGD step (momentum)"] = 0.0
+    first.kernel, second.kernel = kernels
+    stages["SGD step (momentum, fused)"] = opt.step
+    flops["SGD step (momentum, fused)"] = 0.0
+    params = list(model.parameters())
+    grads = [torch.randn_like(p) for p in params]
     times: dict[str, list[float]] = {name: [] for name in stages}
     for _ in range(reps):
         for name, fn in stages.items():
+            for t_ in (h1, c2, flat):
+                t_.grad = None  # as in a step: gradients are written, not added to old ones
+            for p, g in zip(params, grads):
+                p.grad = g if name.startswith("SGD") else None
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)

@@ -17,6 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .memory import keep_freed_memory
+
 Params = dict[str, torch.Tensor]  # a model's state_dict: parameters and buffers
 
 
@@ -101,6 +103,15 @@ def _channels_last(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if x.ndim == 4 else x
 
 
+def cpu_model(spec) -> nn.Module:
+    """The CPU backends' working model: channels-last (2.1x faster than NCHW here) and, where the
+    backbone has them, the compiled CPU kernels (models/cpu_kernels); same state_dict as spec.build()."""
+    model = spec.build().to(memory_format=torch.channels_last)
+    if hasattr(model, "use_cpu_kernels"):
+        model.use_cpu_kernels()
+    return model
+
+
 def clone_params(params: Params) -> Params:
     return {k: v.detach().clone() for k, v in params.items()}
 
@@ -113,11 +124,12 @@ class LoopEngine:
     def __init__(self, sgd: SGDConfig = SGDConfig()):
         self.sgd = sgd
         self._models: dict = {}
+        keep_freed_memory()
 
     def model(self, spec) -> nn.Module:
         """One working model per ModelSpec, reused across jobs (weights are loaded per job)."""
         if spec not in self._models:
-            self._models[spec] = spec.build().to(memory_format=torch.channels_last)
+            self._models[spec] = cpu_model(spec)
         return self._models[spec]
 
     def train(self, spec, jobs: list[Job]) -> list[JobResult]:
@@ -140,7 +152,8 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
     model.train()
     named = list(model.named_parameters())
     names, params = [n for n, _ in named], [p for _, p in named]
-    opt = torch.optim.SGD(params, lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+    # fused: one pass over (param, grad, buffer) per tensor instead of three; 0.24 vs 0.41 ms a step here
+    opt = torch.optim.SGD(params, lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay, fused=True)
     if job.momentum is not None and sgd.momentum > 0:
         for name, p in zip(names, params):
             opt.state[p]["momentum_buffer"] = job.momentum[name].clone()

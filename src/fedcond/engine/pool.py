@@ -22,18 +22,20 @@ from multiprocessing.shared_memory import SharedMemory
 
 import torch
 
-from .local_sgd import Job, JobResult, LoopEngine, SGDConfig, mean_loss, train_job
+from .local_sgd import Job, JobResult, LoopEngine, SGDConfig, cpu_model, mean_loss, train_job
+from .memory import keep_freed_memory
 
 _models: dict = {}  # worker side: one working model per ModelSpec
 
 
 def _init_worker() -> None:
     torch.set_num_threads(1)
+    keep_freed_memory()
 
 
 def _model(spec):
     if spec not in _models:
-        _models[spec] = spec.build().to(memory_format=torch.channels_last)
+        _models[spec] = cpu_model(spec)
     return _models[spec]
 
 

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import FedcondError
+from . import cpu_kernels
 
 CONDITIONINGS = ("concat", "film")
 
@@ -58,15 +59,30 @@ class ConditionedCNN(nn.Module):
         """The FC-hidden representation [B, hidden] (used by prototype methods)."""
         h = self.normalise(x)  # [B, C, H, W]
         for i, block in enumerate(self.blocks):
+            if block.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h):
+                h = cpu_kernels.FirstBlock.apply(h, block.conv.weight, block.conv.bias)  # conv, pool, ReLU in one
+                continue
             h = block.conv(h)
             if self.film is not None:
                 gamma, beta = self.film[i](s).chunk(2, dim=1)  # [B, C_i] each
                 h = h * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
-            h = block.rest(h)
+            h = cpu_kernels.PoolReLU.apply(h) if block.kernel and cpu_kernels.usable(h) else block.rest(h)
         h = h.flatten(1)  # [B, flat]
         if self.stat_dim > 0 and self.conditioning == "concat":
             h = torch.cat([h, s.to(h.dtype)], dim=1)  # [B, flat + L]
         return F.relu(self.fc1(h), inplace=True)  # in place: fc1's backward needs its input, not its output
+
+    def use_cpu_kernels(self) -> "ConditionedCNN":
+        """Run MaxPool-ReLU stages, and the first block where it is Conv 1->32 -> MaxPool -> ReLU
+        without FiLM, through the compiled CPU kernels (models/cpu_kernels); a no-op where they
+        cannot be built. Same parameters, state_dict and function."""
+        if cpu_kernels.extension() is None:
+            return self
+        for i, block in enumerate(self.blocks):
+            if isinstance(block.rest, _PoolReLU):
+                first = i == 0 and self.film is None and cpu_kernels.first_block_fits(block.conv)
+                block.kernel = "first" if first else "pool"
+        return self
 
     @property
     def head(self) -> nn.Linear:
@@ -85,13 +101,18 @@ class _Block(nn.Module):
     def __init__(self, conv: nn.Module, rest: nn.Module):
         super().__init__()
         self.conv, self.rest = conv, rest
+        self.kernel: str | None = None  # "first" | "pool": a compiled CPU kernel runs it (use_cpu_kernels)
 
 
-def _pool_relu() -> nn.Sequential:
+class _PoolReLU(nn.Sequential):
+    """MaxPool 2 then ReLU (its own class, so use_cpu_kernels can recognise it)."""
+
+
+def _pool_relu() -> _PoolReLU:
     """MaxPool then ReLU: the same function and gradients as ReLU then MaxPool (ReLU is monotone, so
     it commutes with max), but the elementwise work runs on 4x fewer values: 1.46x faster training
     of the MNIST CNN on these CPUs. In-place is safe: max-pool's backward needs only its indices."""
-    return nn.Sequential(nn.MaxPool2d(2), nn.ReLU(inplace=True))
+    return _PoolReLU(nn.MaxPool2d(2), nn.ReLU(inplace=True))
 
 
 def mnist_cnn(num_classes: int = 10, stat_dim: int = 0, conditioning: str = "concat",

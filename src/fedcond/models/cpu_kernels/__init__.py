@@ -1,0 +1,113 @@
+"""Compiled CPU kernels for the MNIST CNN's memory-bound stages; the CPU engines switch them on.
+
+Why: on the 2-core CPUs a training step of the MNIST CNN spent half its time outside the conv
+32->64 that holds 87% of its FLOPs (`benchmarks/engine.py` prints the stages). The first block
+(Conv 1->32 3x3, MaxPool 2, ReLU) ran at 0.07 of a core's matmul rate: oneDNN's convolution
+with one input channel is slow, and max-pool's backward zero-fills and scatters a 6 MB gradient.
+Compositions of torch ops did not help inside a step (docs/choices.md lists what was tried), so
+these two stages are C++ loops vectorised over channels (kernels.cpp):
+- the first block as one kernel: conv, pool and ReLU per pooled pixel, never writing the
+  28x28x32 conv output; its backward gives the weight and bias gradients directly;
+- MaxPool 2 + ReLU on a channels-last input, writing the flatten order directly.
+Both pick the first maximum in row-major window order, as `max_pool2d` does, so the gradients
+are those of the stock layers (exact on integer data; a test checks both).
+
+The extension is compiled on first use (torch.utils.cpp_extension: a C++ compiler and ninja,
+~35 s once per machine, cached under TORCH_EXTENSIONS_DIR). Where it cannot be built, or with
+FEDCOND_CPU_KERNELS=0, the models keep the stock torch layers: same results to float rounding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+_SOURCE = Path(__file__).with_name("kernels.cpp")
+_ext = None
+_tried = False
+
+
+def _cpu_tag() -> str:
+    """Names the build by the CPU's features: it is compiled with -march=native, so a cache shared
+    between different machines must not hand one machine's binary to another."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = line
+                break
+    except OSError:
+        flags = platform.processor()
+    return hashlib.sha1(flags.encode()).hexdigest()[:8]
+
+
+def extension():
+    """The compiled kernels, or None where they are switched off or cannot be built (warned once)."""
+    global _ext, _tried
+    if _tried:
+        return _ext
+    _tried = True
+    if os.environ.get("FEDCOND_CPU_KERNELS", "1") == "0":
+        return None
+    try:
+        from torch.utils.cpp_extension import load
+
+        _ext = load(f"fedcond_cpu_kernels_{_cpu_tag()}", [str(_SOURCE)], extra_cflags=["-O3", "-march=native"],
+                    verbose=False)
+    except Exception as e:  # no compiler, no ninja, an unsupported platform: the stock layers still work
+        warnings.warn(f"fedcond: CPU kernels not built ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                      "using the stock torch layers", stacklevel=2)
+        _ext = None
+    return _ext
+
+
+class FirstBlock(torch.autograd.Function):
+    """relu(max_pool2d(conv2d(x, w, b, padding=1), 2)), one input channel, 32 outputs; the input
+    gets no gradient (it is the data)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        xp = F.pad(x[:, 0], (1, 1, 1, 1)).contiguous()  # [B, H + 2, W + 2]
+        out, idx = _ext.first_block_fwd(xp, w.detach(), b.detach())  # [B, h, v, 32] channels-last memory
+        ctx.save_for_backward(xp, idx)
+        return out.permute(0, 3, 1, 2)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        xp, idx = ctx.saved_tensors
+        grad_w, grad_b = _ext.first_block_bwd(xp, grad.permute(0, 2, 3, 1).contiguous(), idx)
+        return None, grad_w, grad_b
+
+
+class PoolReLU(torch.autograd.Function):
+    """relu(max_pool2d(x, 2)) for a channels-last x; the output is NCHW-contiguous (flatten is free)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        out, idx = _ext.pool_relu_fwd(x.permute(0, 2, 3, 1).contiguous())
+        ctx.save_for_backward(idx)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (idx,) = ctx.saved_tensors
+        return _ext.pool_relu_bwd(grad.contiguous(), idx).permute(0, 3, 1, 2)
+
+
+def first_block_fits(conv: torch.nn.Module) -> bool:
+    """The one shape the first-block kernel takes: Conv2d 1 -> 32, 3x3, stride 1, padding 1, bias."""
+    return (isinstance(conv, torch.nn.Conv2d) and conv.in_channels == 1 and conv.out_channels == 32
+            and conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
+            and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None)
+
+
+def usable(x: torch.Tensor) -> bool:
+    """The kernels run on CPU float32 tensors with even sides, outside torch.func transforms."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 4 and x.shape[2] % 2 == 0
+            and x.shape[3] % 2 == 0 and not torch._C._functorch.is_functorch_wrapped_tensor(x))

@@ -1,0 +1,134 @@
+"""The compiled CPU kernels give the stock layers' function and gradients (models/cpu_kernels)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedcond.engine import LoopEngine, SGDConfig
+from fedcond.engine.local_sgd import cpu_model, train_job
+from fedcond.models import cpu_kernels, mnist_cnn
+from fedcond.models.spec import ModelSpec
+
+CL = torch.channels_last
+
+
+@pytest.fixture(scope="module")
+def ext():
+    if os.environ.get("FEDCOND_CPU_KERNELS") == "0":
+        pytest.skip("CPU kernels switched off by FEDCOND_CPU_KERNELS=0")
+    built = cpu_kernels.extension()
+    # where a compiler is present the kernels must build: a broken build must not hide behind the fallback
+    assert built is not None or shutil.which(os.environ.get("CXX", "c++")) is None
+    if built is None:
+        pytest.skip("no C++ compiler: the stock layers are used")
+    return built
+
+
+def _integer_pair(seed: int, film: bool = False):
+    """Two identical MNIST CNNs with small-integer weights (every sum exact, ties everywhere),
+    the second with the kernels; the input is read as raw 0..2 values."""
+    torch.manual_seed(seed)
+    kw = {"stat_dim": 4, "conditioning": "film"} if film else {}
+    stock = mnist_cnn(**kw).to(memory_format=CL)
+    with torch.no_grad():
+        for p in stock.parameters():
+            p.copy_(torch.randint(-2, 3, p.shape).float())
+    fast = mnist_cnn(**kw).to(memory_format=CL)
+    fast.load_state_dict(stock.state_dict())
+    fast.use_cpu_kernels()
+    for m in (stock, fast):
+        m.normalise.mean.zero_()
+        m.normalise.std.fill_(1 / 255)
+    return stock, fast
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kernels_equal_stock_layers_exactly_on_integer_data(ext, seed):
+    stock, fast = _integer_pair(seed)
+    assert [b.kernel for b in fast.blocks] == ["first", "pool"]
+    x = torch.randint(0, 3, (13, 1, 28, 28), dtype=torch.uint8)  # an odd batch; many equal windows
+    h_stock, h_fast = stock.features(x), fast.features(x)
+    assert torch.equal(h_stock, h_fast)
+    g = torch.randint(-2, 3, h_stock.shape).float()
+    h_stock.backward(g)
+    h_fast.backward(g)
+    for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters()):
+        assert (a.grad is None) == (b.grad is None), name
+        assert a.grad is None or torch.equal(a.grad, b.grad), name
+
+
+def test_kernels_match_stock_layers_on_real_valued_data(ext):
+    torch.manual_seed(2)
+    stock = mnist_cnn().to(memory_format=CL)
+    fast = mnist_cnn().to(memory_format=CL)
+    fast.load_state_dict(stock.state_dict())
+    fast.use_cpu_kernels()
+    x = torch.randint(0, 256, (32, 1, 28, 28), dtype=torch.uint8)
+    y = torch.randint(0, 10, (32,))
+    for m in (stock, fast):
+        F.cross_entropy(m(x), y).backward()
+    assert torch.allclose(stock(x), fast(x), atol=1e-5)
+    for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
+
+
+def test_film_model_keeps_its_modulated_first_conv(ext):
+    stock, fast = _integer_pair(3, film=True)
+    assert [b.kernel for b in fast.blocks] == ["pool", "pool"]  # the first block is modulated: not fused
+    x = torch.randint(0, 3, (5, 1, 28, 28), dtype=torch.uint8)
+    s = torch.randint(-1, 2, (5, 4)).float()
+    assert torch.equal(stock.features(x, s), fast.features(x, s))
+
+
+def test_engine_model_state_dict_is_the_plain_models(ext):
+    spec = ModelSpec((1, 28, 28), 10, 0, "concat", (0.1307,), (0.3081,))
+    assert list(cpu_model(spec).state_dict()) == list(spec.build().state_dict())
+
+
+def test_training_with_kernels_follows_stock_training(ext):
+    """A few SGD steps with and without the kernels end within float rounding of each other."""
+    from fedcond.engine import Job
+
+    torch.manual_seed(4)
+    spec = ModelSpec((1, 28, 28), 10, 0, "concat", (0.1307,), (0.3081,))
+    init = spec.build().state_dict()
+    job = Job(params=init, x=torch.randint(0, 256, (200, 1, 28, 28), dtype=torch.uint8), y=torch.randint(0, 10, (200,)),
+              s=None, epochs=1, seed=(0,))
+    fast = LoopEngine(SGDConfig()).train(spec, [job])[0]
+    stock = train_job(spec.build().to(memory_format=CL), job, SGDConfig())
+    for k in init:
+        assert torch.allclose(fast.params[k], stock.params[k], rtol=1e-4, atol=1e-5), k
+
+
+def test_switched_off_by_environment_variable():
+    code = ("from fedcond.models import cpu_kernels, mnist_cnn; "
+            "assert cpu_kernels.extension() is None; "
+            "assert [b.kernel for b in mnist_cnn().use_cpu_kernels().blocks] == [None, None]")
+    env = dict(os.environ, FEDCOND_CPU_KERNELS="0")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
+def test_a_failed_build_warns_once_and_keeps_stock_layers(monkeypatch):
+    import torch.utils.cpp_extension as cpp
+
+    def broken(*a, **k):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(cpp, "load", broken)
+    monkeypatch.setattr(cpu_kernels, "_tried", False)
+    monkeypatch.setattr(cpu_kernels, "_ext", None)
+    monkeypatch.delenv("FEDCOND_CPU_KERNELS", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = mnist_cnn().use_cpu_kernels()
+        mnist_cnn().use_cpu_kernels()
+    assert [b.kernel for b in model.blocks] == [None, None]
+    assert len([w for w in caught if "CPU kernels not built" in str(w.message)]) == 1
+    x = torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8)
+    assert model(x).shape == (2, 10)
