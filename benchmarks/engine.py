@@ -79,7 +79,6 @@ def step_breakdown(spec: ModelSpec, sgd: SGDConfig, reps: int = 40) -> list[tupl
     from torch.utils.flop_counter import FlopCounterMode
 
     from fedcond.engine.local_sgd import cpu_model
-    from fedcond.models import cpu_kernels
 
     cl = torch.channels_last
     model = cpu_model(spec)
@@ -89,17 +88,12 @@ def step_breakdown(spec: ModelSpec, sgd: SGDConfig, reps: int = 40) -> list[tupl
     y = torch.randint(0, spec.num_classes, (b,))
     first, second = model.blocks
 
-    def first_block(h):
-        if first.kernel == "first":
-            return cpu_kernels.FirstBlock.apply(h, first.conv.weight, first.conv.bias)
-        return first.rest(first.conv(h))
-
     def pool(h):
-        return (cpu_kernels.PoolReLU.apply(h) if second.kernel else second.rest(h)).flatten(1)
+        return second.finish(h).flatten(1)
 
     with torch.no_grad():
         x1 = model.normalise(x)
-        h1 = first_block(x1)
+        h1 = first(x1)
         c2 = second.conv(h1)
         flat = pool(c2)
     h1, c2, flat = (t.detach().requires_grad_() for t in (h1, c2, flat))
@@ -110,7 +104,7 @@ def step_breakdown(spec: ModelSpec, sgd: SGDConfig, reps: int = 40) -> list[tupl
 
     kernel = " (kernel)" if first.kernel else ""
     stages = {
-        f"first block (conv 1->32, pool, ReLU){kernel}": lambda: run(lambda: first_block(x1)),
+        f"first block (conv 1->32, pool, ReLU){kernel}": lambda: run(lambda: first(x1)),
         "conv 32->64": lambda: run(lambda: second.conv(h1)),
         f"pool, ReLU, flatten{kernel}": lambda: run(lambda: pool(c2)),
         "FC layers and loss": lambda: run(lambda: F.cross_entropy(model.fc2(F.relu(model.fc1(flat))), y)),

@@ -68,6 +68,13 @@ def _parse_value(text: str):
     return text
 
 
+def _key_values(args: str | None):
+    """(item, key, value) for each `key=value` of a comma list, stripped; empty items skipped."""
+    for item in filter(None, (a.strip() for a in (args or "").split(","))):
+        key, _, value = (t.strip() for t in item.partition("="))
+        yield item, key, value
+
+
 def parse_composite(name: str) -> tuple[str, str, dict] | None:
     """`BASE+PLUGIN(args)` -> (canonical base, plugin, wrapper keyword arguments); None for a plain name."""
     m = _COMPOSITE.match(name)
@@ -80,11 +87,10 @@ def parse_composite(name: str) -> tuple[str, str, dict] | None:
     if plugin not in PLUGINS:
         raise FedcondError(f"'{name}': unknown plug-in '{plugin}'; choose {', '.join(PLUGINS)}")
     kw = dict(PLUGINS[plugin])
-    for item in filter(None, (a.strip() for a in (args or "").split(","))):
-        key, _, value = item.partition("=")
-        if key.strip().lower() not in _PLUGIN_ARGS or not value.strip():
+    for item, key, value in _key_values(args):
+        if key.lower() not in _PLUGIN_ARGS or not value:
             raise FedcondError(f"'{name}': bad plug-in argument '{item}'; use key=value with keys {', '.join(_PLUGIN_ARGS)}")
-        kw[_PLUGIN_ARGS[key.strip().lower()]] = _parse_value(value.strip())
+        kw[_PLUGIN_ARGS[key.lower()]] = _parse_value(value)
     return lookup[base.lower()], plugin, kw
 
 
@@ -101,8 +107,7 @@ def parse_call(name: str) -> tuple[str, dict] | None:
     base = lookup[base.lower()]
     fields = [f.name for f in dataclasses.fields(ALGORITHMS[base])]
     kw = {}
-    for item in filter(None, (a.strip() for a in m.group(2).split(","))):
-        key, _, value = (t.strip() for t in item.partition("="))
+    for item, key, value in _key_values(m.group(2)):
         if key not in fields or not value:
             raise FedcondError(f"'{name}': bad argument '{item}'; use key=value with keys {', '.join(fields) or '(none)'}")
         kw[key] = _parse_value(value)

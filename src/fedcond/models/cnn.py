@@ -59,14 +59,11 @@ class ConditionedCNN(nn.Module):
         """The FC-hidden representation [B, hidden] (used by prototype methods)."""
         h = self.normalise(x)  # [B, C, H, W]
         for i, block in enumerate(self.blocks):
-            if block.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h):
-                h = cpu_kernels.FirstBlock.apply(h, block.conv.weight, block.conv.bias)  # conv, pool, ReLU in one
+            if self.film is None:
+                h = block(h)
                 continue
-            h = block.conv(h)
-            if self.film is not None:
-                gamma, beta = self.film[i](s).chunk(2, dim=1)  # [B, C_i] each
-                h = h * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
-            h = cpu_kernels.PoolReLU.apply(h) if block.kernel and cpu_kernels.usable(h) else block.rest(h)
+            gamma, beta = self.film[i](s).chunk(2, dim=1)  # [B, C_i] each
+            h = block.finish(block.conv(h) * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
         h = h.flatten(1)  # [B, flat]
         if self.stat_dim > 0 and self.conditioning == "concat":
             h = torch.cat([h, s.to(h.dtype)], dim=1)  # [B, flat + L]
@@ -102,6 +99,16 @@ class _Block(nn.Module):
         super().__init__()
         self.conv, self.rest = conv, rest
         self.kernel: str | None = None  # "first" | "pool": a compiled CPU kernel runs it (use_cpu_kernels)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """The unmodulated block; "first": conv, pool and ReLU in one kernel (its input is the data)."""
+        if self.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h):
+            return cpu_kernels.FirstBlock.apply(h, self.conv.weight, self.conv.bias)
+        return self.finish(self.conv(h))
+
+    def finish(self, h: torch.Tensor) -> torch.Tensor:
+        """What follows the conv (and FiLM's modulation): the compiled pool kernel where switched on."""
+        return cpu_kernels.PoolReLU.apply(h) if self.kernel and cpu_kernels.usable(h) else self.rest(h)
 
 
 class _PoolReLU(nn.Sequential):
