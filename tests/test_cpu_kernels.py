@@ -51,7 +51,7 @@ def _integer_pair(seed: int, film: bool = False):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_kernels_equal_stock_layers_exactly_on_integer_data(ext, seed):
     stock, fast = _integer_pair(seed)
-    assert [b.kernel for b in fast.blocks] == ["first", "pool"]
+    assert [b.kernel for b in fast.blocks] == ["first", "conv_pool"]
     x = torch.randint(0, 3, (13, 1, 28, 28), dtype=torch.uint8)  # an odd batch; many equal windows
     h_stock, h_fast = stock.features(x), fast.features(x)
     assert torch.equal(h_stock, h_fast)
@@ -61,6 +61,25 @@ def test_kernels_equal_stock_layers_exactly_on_integer_data(ext, seed):
     for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters()):
         assert (a.grad is None) == (b.grad is None), name
         assert a.grad is None or torch.equal(a.grad, b.grad), name
+
+
+@pytest.mark.parametrize("shape", [(3, 10, 12), (2, 2, 2)])
+def test_winograd_block_equals_stock_layers_on_any_even_size(ext, shape):
+    """Conv 32->64 + pool + ReLU by Winograd: exact on integer data where the tiles do not fill a
+    register block (30 and 1 tiles per image) and every tile touches the padding."""
+    b, h, w = shape
+    torch.manual_seed(5)
+    x = torch.randint(-2, 3, (b, 32, h, w)).float().contiguous(memory_format=CL).requires_grad_()
+    wt = torch.randint(-2, 3, (64, 32, 3, 3)).float().requires_grad_()
+    bias = torch.randint(-2, 3, (64,)).float().requires_grad_()
+    out = cpu_kernels.ConvPoolReLU.apply(x, wt, bias)
+    ref = F.relu(F.max_pool2d(F.conv2d(x, wt, bias, padding=1), 2))
+    assert out.is_contiguous() and torch.equal(out, ref)
+    g = torch.randint(-2, 3, ref.shape).float()
+    grads = torch.autograd.grad(out, (x, wt, bias), g)
+    expected = torch.autograd.grad(ref, (x, wt, bias), g)
+    for name, a, e in zip(("input", "weight", "bias"), grads, expected):
+        assert torch.equal(a, e), name
 
 
 def test_kernels_match_stock_layers_on_real_valued_data(ext):

@@ -70,15 +70,22 @@ class ConditionedCNN(nn.Module):
         return F.relu(self.fc1(h), inplace=True)  # in place: fc1's backward needs its input, not its output
 
     def use_cpu_kernels(self) -> "ConditionedCNN":
-        """Run MaxPool-ReLU stages, and the first block where it is Conv 1->32 -> MaxPool -> ReLU
-        without FiLM, through the compiled CPU kernels (models/cpu_kernels); a no-op where they
-        cannot be built. Same parameters, state_dict and function."""
+        """Run the conv-pool-ReLU blocks through the compiled CPU kernels (models/cpu_kernels):
+        without FiLM, Conv 1->32 blocks as one kernel and Conv 32->64 blocks by Winograd; any other
+        (or FiLM-modulated) block gets the MaxPool-ReLU kernel. A no-op where they cannot be built.
+        Same parameters, state_dict and function (to float rounding)."""
         if cpu_kernels.extension() is None:
             return self
         for i, block in enumerate(self.blocks):
             if isinstance(block.rest, _PoolReLU):
-                first = i == 0 and self.film is None and cpu_kernels.first_block_fits(block.conv)
-                block.kernel = "first" if first else "pool"
+                if self.film is not None:  # FiLM modulates between conv and pool: only the pool is fused
+                    block.kernel = "pool"
+                elif i == 0 and cpu_kernels.first_block_fits(block.conv):
+                    block.kernel = "first"
+                elif cpu_kernels.conv_pool_fits(block.conv):
+                    block.kernel = "conv_pool"
+                else:
+                    block.kernel = "pool"
         return self
 
     @property
@@ -98,12 +105,14 @@ class _Block(nn.Module):
     def __init__(self, conv: nn.Module, rest: nn.Module):
         super().__init__()
         self.conv, self.rest = conv, rest
-        self.kernel: str | None = None  # "first" | "pool": a compiled CPU kernel runs it (use_cpu_kernels)
+        self.kernel: str | None = None  # "first" | "conv_pool" | "pool": a compiled CPU kernel runs it (use_cpu_kernels)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """The unmodulated block; "first": conv, pool and ReLU in one kernel (its input is the data)."""
         if self.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h):
             return cpu_kernels.FirstBlock.apply(h, self.conv.weight, self.conv.bias)
+        if self.kernel == "conv_pool" and cpu_kernels.usable(h):
+            return cpu_kernels.ConvPoolReLU.apply(h, self.conv.weight, self.conv.bias)
         return self.finish(self.conv(h))
 
     def finish(self, h: torch.Tensor) -> torch.Tensor:

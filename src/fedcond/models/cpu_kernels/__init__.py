@@ -1,16 +1,19 @@
-"""Compiled CPU kernels for the MNIST CNN's memory-bound stages; the CPU engines switch them on.
+"""Compiled CPU kernels for the MNIST CNN; the CPU engines switch them on.
 
 Why: on the 2-core CPUs a training step of the MNIST CNN spent half its time outside the conv
-32->64 that holds 87% of its FLOPs (`benchmarks/engine.py` prints the stages). The first block
-(Conv 1->32 3x3, MaxPool 2, ReLU) ran at 0.07 of a core's matmul rate: oneDNN's convolution
-with one input channel is slow, and max-pool's backward zero-fills and scatters a 6 MB gradient.
+32->64 that holds 87% of its FLOPs (`benchmarks/engine.py` prints the stages), and that conv ran
+at ~0.9 of a core's matmul rate in oneDNN, so only less arithmetic could make it faster.
 Compositions of torch ops did not help inside a step (docs/choices.md lists what was tried), so
-these two stages are C++ loops vectorised over channels (kernels.cpp):
-- the first block as one kernel: conv, pool and ReLU per pooled pixel, never writing the
-  28x28x32 conv output; its backward gives the weight and bias gradients directly;
-- MaxPool 2 + ReLU on a channels-last input, writing the flatten order directly.
-Both pick the first maximum in row-major window order, as `max_pool2d` does, so the gradients
-are those of the stock layers (exact on integer data; a test checks both).
+these stages are C++ loops vectorised over channels (kernels.cpp):
+- the first block (Conv 1->32 3x3, MaxPool 2, ReLU) as one kernel: conv, pool and ReLU per
+  pooled pixel, never writing the 28x28x32 conv output; its backward gives the weight and bias
+  gradients directly;
+- the second block (Conv 32->64 3x3, MaxPool 2, ReLU) by Winograd F(2x2, 3x3), each output tile
+  pooled as it is made: 2.25x fewer multiplies in forward and both gradients;
+- MaxPool 2 + ReLU on a channels-last input, writing the flatten order (for FiLM models, whose
+  modulation sits between conv and pool).
+All pick the first maximum in row-major window order, as `max_pool2d` does, so the gradients
+are those of the stock layers (exact on integer data; tests check every kernel).
 
 The extension is compiled on first use (torch.utils.cpp_extension: a C++ compiler and ninja,
 ~35 s once per machine, cached under TORCH_EXTENSIONS_DIR). Where it cannot be built, or with
@@ -98,6 +101,33 @@ class PoolReLU(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         (idx,) = ctx.saved_tensors
         return _ext.pool_relu_bwd(grad.contiguous(), idx).permute(0, 3, 1, 2)
+
+
+class ConvPoolReLU(torch.autograd.Function):
+    """relu(max_pool2d(conv2d(x, w, b, padding=1), 2)) for Conv 32 -> 64, by Winograd F(2x2, 3x3)
+    (kernels.cpp): 2.25x fewer multiplies than the direct conv, the same function to float rounding
+    (exactly on integer data). x is channels-last; the output is NCHW-contiguous (flatten is free)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        xc = x.permute(0, 2, 3, 1).contiguous()  # [B, H, W, 32]; no copy for a channels-last x
+        w = w.detach()
+        out, idx = _ext.conv_pool_fwd(xc, w, b.detach())
+        ctx.save_for_backward(xc, w, idx)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        xc, w, idx = ctx.saved_tensors
+        grad_x, grad_w, grad_b = _ext.conv_pool_bwd(xc, w, grad.contiguous(), idx)
+        return grad_x.permute(0, 3, 1, 2), grad_w, grad_b
+
+
+def conv_pool_fits(conv: torch.nn.Module) -> bool:
+    """The shape the Winograd block takes: Conv2d 32 -> 64, 3x3, stride 1, padding 1, bias."""
+    return (isinstance(conv, torch.nn.Conv2d) and conv.in_channels == 32 and conv.out_channels == 64
+            and conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
+            and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None)
 
 
 def first_block_fits(conv: torch.nn.Module) -> bool:
