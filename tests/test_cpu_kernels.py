@@ -82,6 +82,45 @@ def test_winograd_block_equals_stock_layers_on_any_even_size(ext, shape):
         assert torch.equal(a, e), name
 
 
+def test_nan_survives_every_kernel_as_in_the_stock_layers(ext):
+    """A diverged model must show it: NaN wins the pool and passes the ReLU, as in torch."""
+    torch.manual_seed(6)
+    x1 = torch.randn(2, 1, 8, 8)
+    x1[0, 0, 3, 4] = float("nan")
+    w1, b1 = torch.randn(32, 1, 3, 3), torch.randn(32)
+    x2 = torch.randn(2, 32, 8, 8).contiguous(memory_format=CL)
+    x2[1, 5, 2, 6] = float("nan")
+    w2, b2 = torch.randn(64, 32, 3, 3), torch.randn(64)
+    cases = [
+        (cpu_kernels.FirstBlock.apply(x1, w1, b1), F.conv2d(x1, w1, b1, padding=1)),
+        (cpu_kernels.ConvPoolReLU.apply(x2, w2, b2), F.conv2d(x2, w2, b2, padding=1)),
+        (cpu_kernels.PoolReLU.apply(x2), x2),
+    ]
+    for got, conv in cases:
+        ref = F.relu(F.max_pool2d(conv, 2))
+        assert torch.isnan(ref).any() and torch.equal(torch.isnan(got), torch.isnan(ref))
+
+
+def test_kernels_refuse_what_they_cannot_compute(ext):
+    reflect = torch.nn.Conv2d(32, 64, 3, padding=1, padding_mode="reflect")
+    assert not cpu_kernels.conv_pool_fits(reflect)
+    assert cpu_kernels.conv_pool_fits(torch.nn.Conv2d(32, 64, 3, padding=1))
+    assert not cpu_kernels.first_block_fits(torch.nn.Conv2d(1, 32, 3, padding=1, padding_mode="circular"))
+    x = torch.randn(2, 4, 4, 32)
+    with pytest.raises(RuntimeError, match="w:"):
+        ext.conv_pool_fwd(x, torch.randn(32, 64, 3, 3), torch.randn(64))  # transposed weight, same size
+    out, idx = ext.conv_pool_fwd(x, torch.randn(64, 32, 3, 3), torch.randn(64))
+    with pytest.raises(RuntimeError, match="g:"):
+        ext.conv_pool_bwd(x, torch.randn(64, 32, 3, 3), torch.randn(2, 64, 4, 4), idx)
+    # second derivatives are not implemented: asking for one fails instead of returning zeros
+    xr = torch.randn(2, 32, 4, 4).contiguous(memory_format=CL).requires_grad_()
+    scale = torch.randn(2, 64, 2, 2, requires_grad=True)  # the gradient reaching the kernel depends on it
+    out = cpu_kernels.ConvPoolReLU.apply(xr, torch.randn(64, 32, 3, 3), torch.randn(64))
+    (gx,) = torch.autograd.grad((out * scale).sum(), xr, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        gx.sum().backward()
+
+
 def test_kernels_match_stock_layers_on_real_valued_data(ext):
     torch.manual_seed(2)
     stock = mnist_cnn().to(memory_format=CL)

@@ -82,6 +82,7 @@ class FirstBlock(torch.autograd.Function):
         return out.permute(0, 3, 1, 2)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # a second derivative must fail, not be silently zero
     def backward(ctx, grad: torch.Tensor):
         xp, idx = ctx.saved_tensors
         grad_w, grad_b = _ext.first_block_bwd(xp, grad.permute(0, 2, 3, 1).contiguous(), idx)
@@ -98,6 +99,7 @@ class PoolReLU(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # a second derivative must fail, not be silently zero
     def backward(ctx, grad: torch.Tensor):
         (idx,) = ctx.saved_tensors
         return _ext.pool_relu_bwd(grad.contiguous(), idx).permute(0, 3, 1, 2)
@@ -117,6 +119,7 @@ class ConvPoolReLU(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # a second derivative must fail, not be silently zero
     def backward(ctx, grad: torch.Tensor):
         xc, w, idx = ctx.saved_tensors
         grad_x, grad_w, grad_b = _ext.conv_pool_bwd(xc, w, grad.contiguous(), idx)
@@ -127,14 +130,16 @@ def conv_pool_fits(conv: torch.nn.Module) -> bool:
     """The shape the Winograd block takes: Conv2d 32 -> 64, 3x3, stride 1, padding 1, bias."""
     return (isinstance(conv, torch.nn.Conv2d) and conv.in_channels == 32 and conv.out_channels == 64
             and conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
-            and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None)
+            and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None
+            and conv.padding_mode == "zeros")
 
 
 def first_block_fits(conv: torch.nn.Module) -> bool:
     """The one shape the first-block kernel takes: Conv2d 1 -> 32, 3x3, stride 1, padding 1, bias."""
     return (isinstance(conv, torch.nn.Conv2d) and conv.in_channels == 1 and conv.out_channels == 32
             and conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
-            and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None)
+            and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None
+            and conv.padding_mode == "zeros")
 
 
 def usable(x: torch.Tensor) -> bool:

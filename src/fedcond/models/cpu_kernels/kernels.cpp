@@ -1,8 +1,8 @@
 // CPU kernels for the MNIST CNN's memory-bound stages (see __init__.py for why and how they are used).
 // Layouts: "NHWC" = channels-last memory; every kernel runs on one thread (the engine runs one
 // single-thread process per core). Max-pooling picks the first maximum in row-major window order
-// (position k = 2 * dy + dx), exactly as torch's max_pool2d; idx holds k, or 4 where the ReLU zeroed
-// the output (no gradient flows).
+// (position k = 2 * dy + dx), exactly as torch's max_pool2d, NaN included (it wins and survives the
+// ReLU); idx holds k, or 4 where the ReLU zeroed the output (no gradient flows).
 #include <torch/extension.h>
 
 #include <algorithm>
@@ -38,7 +38,7 @@ void first_block_forward(const float* __restrict xp, const float* __restrict wt,
           } else {
             const float kf = static_cast<float>(k);
             for (int c = 0; c < C; ++c) {
-              const bool wins = acc[c] > best[c];  // strict: a tie stays with the earlier position
+              const bool wins = acc[c] > best[c] || acc[c] != acc[c];  // strict: ties stay earlier; NaN wins
               best[c] = wins ? acc[c] : best[c];
               arg[c] = wins ? kf : arg[c];
             }
@@ -46,7 +46,7 @@ void first_block_forward(const float* __restrict xp, const float* __restrict wt,
         }
         const int64_t o = ((n * h + y) * v + u) * C;
         for (int c = 0; c < C; ++c) {
-          const bool alive = best[c] > 0.f;
+          const bool alive = !(best[c] <= 0.f);  // NaN stays alive, as in relu
           out[o + c] = alive ? best[c] : 0.f;
           arg[c] = alive ? arg[c] : 4.f;
         }
@@ -106,7 +106,7 @@ void first_block_backward(const float* __restrict xp, const float* __restrict g,
 // the CPU has it, split by the compiler otherwise.
 
 typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef float v16u __attribute__((vector_size(64), aligned(4), __may_alias__));  // like immintrin's __m512_u
 inline v16 ld(const float* p) { return *reinterpret_cast<const v16u*>(p); }
 inline void st(float* p, v16 v) { *reinterpret_cast<v16u*>(p) = v; }
 
@@ -226,13 +226,13 @@ struct Winograd {
                               a[1][0] + a[1][1] + a[1][2] + b, a[1][1] - a[1][2] - a[1][3] + b};
             v16 best = y[0], code = {};
             for (int k = 1; k < 4; ++k) {
-              const auto wins = y[k] > best;  // strict: a tie stays with the earlier position
+              const auto wins = (y[k] > best) | (y[k] != y[k]);  // strict: ties stay earlier; NaN wins
               best = wins ? y[k] : best;
               code = wins ? v16{} + static_cast<float>(k) : code;
             }
-            const auto alive = best > 0.f;
-            st(pooled.data() + t * CO + 16 * q, alive ? best : v16{});
-            st(arg + 16 * q, alive ? code : v16{} + 4.f);
+            const auto dead = best <= 0.f;  // NaN stays alive, as in relu
+            st(pooled.data() + t * CO + 16 * q, dead ? v16{} : best);
+            st(arg + 16 * q, dead ? v16{} + 4.f : code);
           }
           uint8_t* id = idx + (n * T + t) * CO;
           for (int c = 0; c < CO; ++c) id[c] = static_cast<uint8_t>(arg[c]);
@@ -379,13 +379,13 @@ std::vector<torch::Tensor> pool_relu_fwd(torch::Tensor x) {
           const float* pk = xs + ((n * H + 2 * y + (k >> 1)) * W + 2 * u + (k & 1)) * C;
           const float kf = static_cast<float>(k);
           for (int64_t c = 0; c < C; ++c) {
-            const bool wins = pk[c] > bst[c];
+            const bool wins = pk[c] > bst[c] || pk[c] != pk[c];
             bst[c] = wins ? pk[c] : bst[c];
             arg[c] = wins ? kf : arg[c];
           }
         }
         for (int64_t c = 0; c < C; ++c) {
-          const bool alive = bst[c] > 0.f;
+          const bool alive = !(bst[c] <= 0.f);
           bst[c] = alive ? bst[c] : 0.f;
           arg[c] = alive ? arg[c] : 4.f;
         }
@@ -433,7 +433,8 @@ torch::Tensor pool_relu_bwd(torch::Tensor g, torch::Tensor idx) {
 std::vector<torch::Tensor> conv_pool_fwd(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
   TORCH_CHECK(x.dim() == 4 && x.is_contiguous() && x.scalar_type() == torch::kFloat && x.size(3) == 32,
               "x: contiguous float NHWC with 32 channels");
-  TORCH_CHECK(w.numel() == 64 * 32 * 9 && b.numel() == 64, "w: [64, 32, 3, 3]; b: [64]");
+  TORCH_CHECK(w.sizes() == torch::IntArrayRef({64, 32, 3, 3}) && b.sizes() == torch::IntArrayRef({64}) && w.is_cpu() &&
+              b.is_cpu() && x.is_cpu(), "CPU tensors; w: [64, 32, 3, 3]; b: [64]");
   const int64_t B = x.size(0), H = x.size(1), W = x.size(2);
   TORCH_CHECK(H % 2 == 0 && W % 2 == 0, "even sides");
   auto out = torch::empty({B, 64, H / 2, W / 2}, x.options());
@@ -448,9 +449,13 @@ std::vector<torch::Tensor> conv_pool_fwd(torch::Tensor x, torch::Tensor w, torch
 
 // Gradients of conv_pool_fwd for g NCHW [B, 64, H/2, W/2]: input NHWC [B, H, W, 32], weight, bias.
 std::vector<torch::Tensor> conv_pool_bwd(torch::Tensor x, torch::Tensor w, torch::Tensor g, torch::Tensor idx) {
-  TORCH_CHECK(x.is_contiguous() && g.is_contiguous() && idx.is_contiguous() && w.numel() == 64 * 32 * 9,
-              "contiguous x, g, idx; w: [64, 32, 3, 3]");
+  TORCH_CHECK(x.dim() == 4 && x.size(3) == 32 && x.is_contiguous() && x.is_cpu() && x.scalar_type() == torch::kFloat,
+              "x: contiguous float NHWC with 32 channels");
   const int64_t B = x.size(0), H = x.size(1), W = x.size(2);
+  TORCH_CHECK(w.sizes() == torch::IntArrayRef({64, 32, 3, 3}) && w.is_cpu(), "w: [64, 32, 3, 3]");
+  TORCH_CHECK(g.sizes() == torch::IntArrayRef({B, 64, H / 2, W / 2}) && g.is_contiguous() && g.is_cpu(), "g: [B, 64, H/2, W/2]");
+  TORCH_CHECK(idx.sizes() == torch::IntArrayRef({B, H / 2, W / 2, 64}) && idx.is_contiguous() && idx.is_cpu() &&
+              idx.scalar_type() == torch::kUInt8, "idx: uint8 [B, H/2, W/2, 64]");
   auto gin = torch::empty_like(x);
   auto gw = torch::empty({64, 32, 3, 3}, x.options());
   auto gb = torch::empty({64}, x.options());
