@@ -235,3 +235,11 @@ def test_earlier_study_rows_get_their_own_tables(tmp_path):
     assert "`MCDC/linreg/3clusters` (RMSE, lower is better)" in section and "0.1006" in section
     assert "`MCDC/logreg/8clusters` (accuracy, %)" in section and "95.2" in section
     assert "(not in the registry)" not in text
+
+
+def test_header_names_the_database_as_given(tmp_path, monkeypatch):
+    """A committed report must not carry the author's absolute paths."""
+    build_db(tmp_path / "r.sqlite")
+    monkeypatch.chdir(tmp_path)
+    text = write_report(Path("r.sqlite"), tmp_path / "out").read_text()
+    assert "- Database: `r.sqlite`" in text

@@ -58,7 +58,7 @@ def read_database(db_path: str | Path | None) -> Database:
         raise FedcondError(f"cannot read results database {path}: {e}") from None
     finally:
         con.close()
-    return Database(path.resolve(), ok, failed, int(total), int(ad_hoc or 0), protocols, revs)
+    return Database(path, ok, failed, int(total), int(ad_hoc or 0), protocols, revs)  # as given: reports get committed
 
 
 def _decode(row: sqlite3.Row) -> dict:
