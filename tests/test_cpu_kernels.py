@@ -82,6 +82,45 @@ def test_winograd_block_equals_stock_layers_on_any_even_size(ext, shape):
         assert torch.equal(a, e), name
 
 
+@pytest.mark.parametrize("cin,cout,side", [(32, 32, 32), (32, 64, 16), (64, 64, 6)])
+def test_winograd_conv_equals_the_stock_conv_exactly_on_integer_data(ext, cin, cout, side):
+    """The unpooled Winograd conv (CIFAR's convs): output and all three gradients, bitwise."""
+    torch.manual_seed(cin + cout + side)
+    x = torch.randint(-2, 3, (3, cin, side, side)).float().contiguous(memory_format=CL).requires_grad_()
+    w = torch.randint(-2, 3, (cout, cin, 3, 3)).float().requires_grad_()
+    b = torch.randint(-2, 3, (cout,)).float().requires_grad_()
+    out, ref = cpu_kernels.WinogradConv.apply(x, w, b), F.conv2d(x, w, b, padding=1)
+    assert torch.equal(out, ref)
+    g = torch.randint(-2, 3, ref.shape).float()
+    for name, a, e in zip(("input", "weight", "bias"), torch.autograd.grad(out, (x, w, b), g),
+                          torch.autograd.grad(ref, (x, w, b), g)):
+        assert torch.equal(a, e), name
+
+
+def test_cifar_cnn_with_kernels_trains_like_the_stock_layers(ext):
+    """Every 32/64-channel conv of the CIFAR CNN runs by Winograd; outputs, gradients and the batch
+    norms' running statistics stay within float rounding of the stock layers."""
+    from fedcond.models import cifar_cnn
+
+    torch.manual_seed(7)
+    stock = cifar_cnn().to(memory_format=CL)
+    fast = cifar_cnn().to(memory_format=CL)
+    fast.load_state_dict(stock.state_dict())
+    fast.use_cpu_kernels()
+    assert sum(getattr(m, "winograd", False) for m in fast.modules()) == 3  # all but the 3 -> 32 conv
+    assert list(fast.state_dict()) == list(stock.state_dict())
+    x = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
+    y = torch.randint(0, 10, (16,))
+    for m in (stock, fast):
+        F.cross_entropy(m(x), y).backward()
+    for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-3, atol=1e-5), name
+    for (name, a), (_, b) in zip(stock.named_buffers(), fast.named_buffers()):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5), name
+    stock.eval(), fast.eval()
+    assert torch.allclose(stock(x), fast(x), atol=1e-4)
+
+
 def test_nan_survives_every_kernel_as_in_the_stock_layers(ext):
     """A diverged model must show it: NaN wins the pool and passes the ReLU, as in torch."""
     torch.manual_seed(6)

@@ -72,8 +72,9 @@ class ConditionedCNN(nn.Module):
     def use_cpu_kernels(self) -> "ConditionedCNN":
         """Run the conv-pool-ReLU blocks through the compiled CPU kernels (models/cpu_kernels):
         without FiLM, Conv 1->32 blocks as one kernel and Conv 32->64 blocks by Winograd; any other
-        (or FiLM-modulated) block gets the MaxPool-ReLU kernel. A no-op where they cannot be built.
-        Same parameters, state_dict and function (to float rounding)."""
+        (or FiLM-modulated) block gets the MaxPool-ReLU kernel; every other 3x3 conv of 32/64
+        channels (the CIFAR CNN's, FiLM-modulated ones) runs by Winograd. A no-op where they
+        cannot be built. Same parameters, state_dict and function (to float rounding)."""
         if cpu_kernels.extension() is None:
             return self
         for i, block in enumerate(self.blocks):
@@ -86,6 +87,9 @@ class ConditionedCNN(nn.Module):
                     block.kernel = "conv_pool"
                 else:
                     block.kernel = "pool"
+        for m in self.modules():  # convs no block kernel covers: CIFAR's, FiLM-modulated ones
+            if isinstance(m, _Conv2d) and cpu_kernels.winograd_fits(m):
+                m.winograd = True
         return self
 
     @property
@@ -120,6 +124,18 @@ class _Block(nn.Module):
         return cpu_kernels.PoolReLU.apply(h) if self.kernel and cpu_kernels.usable(h) else self.rest(h)
 
 
+class _Conv2d(nn.Conv2d):
+    """nn.Conv2d (same parameters and state_dict) that runs through the compiled Winograd CPU
+    kernel where use_cpu_kernels switched it on and the input allows (CPU float32, even sides)."""
+
+    winograd = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.winograd and cpu_kernels.usable(x):
+            return cpu_kernels.WinogradConv.apply(x, self.weight, self.bias)
+        return super().forward(x)
+
+
 class _PoolReLU(nn.Sequential):
     """MaxPool 2 then ReLU (its own class, so use_cpu_kernels can recognise it)."""
 
@@ -135,8 +151,8 @@ def mnist_cnn(num_classes: int = 10, stat_dim: int = 0, conditioning: str = "con
               mean=(0.1307,), std=(0.3081,)) -> ConditionedCNN:
     """28x28 grey: Conv(1->32) ReLU Pool -> Conv(32->64) ReLU Pool -> 3136 [+L] -> 128 -> K."""
     blocks = nn.ModuleList([
-        _Block(nn.Conv2d(1, 32, 3, padding=1), _pool_relu()),  # [B, 32, 14, 14]
-        _Block(nn.Conv2d(32, 64, 3, padding=1), _pool_relu()),  # [B, 64, 7, 7]
+        _Block(_Conv2d(1, 32, 3, padding=1), _pool_relu()),  # [B, 32, 14, 14]
+        _Block(_Conv2d(32, 64, 3, padding=1), _pool_relu()),  # [B, 64, 7, 7]
     ])
     return ConditionedCNN(blocks, [32, 64], 64 * 7 * 7, 128, num_classes, stat_dim, conditioning, mean, std)
 
@@ -148,7 +164,7 @@ def cifar_cnn(num_classes: int = 10, stat_dim: int = 0, conditioning: str = "con
     Each block's first conv is the FiLM hook; ReLU follows each batch norm.
     """
     def conv_bn(cin, cout):
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout))
+        return nn.Sequential(_Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout))
 
     blocks = nn.ModuleList([
         _Block(conv_bn(3, 32), nn.Sequential(nn.ReLU(inplace=True), conv_bn(32, 32), _pool_relu())),  # [B, 32, 16, 16]

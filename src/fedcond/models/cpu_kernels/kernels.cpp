@@ -147,7 +147,9 @@ void weight_gradient(const float* gU, float* gw, int64_t CI, int64_t CO) {
     }
 }
 
-template <int CI, int CO>
+// POOL: each tile's 2x2 outputs are max-pooled (+ ReLU) as above; otherwise the conv output is
+// written in full (NHWC) for what follows it (the CIFAR CNN's batch norms).
+template <int CI, int CO, bool POOL>
 struct Winograd {
   static constexpr int VI = CI / 16, VO = CO / 16;
 
@@ -200,10 +202,11 @@ struct Winograd {
     }
   }
 
-  // x: [B, H, W, CI]; U: [16, CI, CO]; bias: [CO]. out: [B, CO, H/2, W/2]; idx: [B, H/2, W/2, CO].
+  // x: [B, H, W, CI]; U: [16, CI, CO]; bias: [CO].
+  // POOL: out [B, CO, H/2, W/2], idx [B, H/2, W/2, CO]; otherwise out [B, H, W, CO], idx unused.
   static void forward(const float* x, const float* U, const float* bias, float* out, uint8_t* idx,
                       int64_t B, int64_t H, int64_t W) {
-    const int64_t T = (H / 2) * (W / 2), Tp = (T + R - 1) / R * R;
+    const int64_t T = (H / 2) * (W / 2), Tp = (T + R - 1) / R * R, tw = W / 2;
     std::vector<float> V(16 * Tp * CI), M(16 * R * CO), pooled(Tp * CO);
     float arg[CO];
     for (int64_t n = 0; n < B; ++n) {
@@ -224,6 +227,11 @@ struct Winograd {
             const v16 b = ld(bias + 16 * q);
             const v16 y[4] = {a[0][0] + a[0][1] + a[0][2] + b, a[0][1] - a[0][2] - a[0][3] + b,
                               a[1][0] + a[1][1] + a[1][2] + b, a[1][1] - a[1][2] - a[1][3] + b};
+            if constexpr (!POOL) {
+              for (int k = 0; k < 4; ++k)
+                st(out + ((n * H + 2 * (t / tw) + (k >> 1)) * W + 2 * (t % tw) + (k & 1)) * CO + 16 * q, y[k]);
+              continue;
+            }
             v16 best = y[0], code = {};
             for (int k = 1; k < 4; ++k) {
               const auto wins = (y[k] > best) | (y[k] != y[k]);  // strict: ties stay earlier; NaN wins
@@ -234,17 +242,20 @@ struct Winograd {
             st(pooled.data() + t * CO + 16 * q, dead ? v16{} : best);
             st(arg + 16 * q, dead ? v16{} + 4.f : code);
           }
-          uint8_t* id = idx + (n * T + t) * CO;
-          for (int c = 0; c < CO; ++c) id[c] = static_cast<uint8_t>(arg[c]);
+          if constexpr (POOL) {
+            uint8_t* id = idx + (n * T + t) * CO;
+            for (int c = 0; c < CO; ++c) id[c] = static_cast<uint8_t>(arg[c]);
+          }
         }
       }
+      if constexpr (!POOL) continue;
       float* o = out + n * CO * T;  // channels first, what flatten reads
       for (int c = 0; c < CO; ++c)
         for (int64_t t = 0; t < T; ++t) o[c * T + t] = pooled[t * CO + c];
     }
   }
 
-  // g: [B, CO, H/2, W/2]; Ut: [16, CO, CI]. gin: [B, H, W, CI]; gU: [16, CI, CO]; gb: [CO].
+  // g: POOL [B, CO, H/2, W/2], otherwise [B, H, W, CO]; Ut: [16, CO, CI]. gin: [B, H, W, CI]; gU: [16, CI, CO]; gb: [CO].
   static void backward(const float* x, const float* Ut, const float* g, const uint8_t* idx, float* gin,
                        float* gU, float* gb, int64_t B, int64_t H, int64_t W) {
     const int64_t T = (H / 2) * (W / 2), Tp = (T + R - 1) / R * R, tw = W / 2, Wp = W + 2;
@@ -253,19 +264,28 @@ struct Winograd {
     std::fill(gU, gU + 16 * CI * CO, 0.f);
     v16 bsum[VO] = {};
     for (int64_t n = 0; n < B; ++n) {
-      const float* gn = g + n * CO * T;
-      for (int c = 0; c < CO; ++c)
-        for (int64_t t = 0; t < T; ++t) gt[t * CO + c] = gn[c * T + t];
-      // dM = A dY At, dY being the pooled gradient routed to the window's winner (none where ReLU cut)
+      if constexpr (POOL) {
+        const float* gn = g + n * CO * T;
+        for (int c = 0; c < CO; ++c)
+          for (int64_t t = 0; t < T; ++t) gt[t * CO + c] = gn[c * T + t];
+      }
+      // dM = A dY At; pooled: dY is the gradient routed to the window's winner (none where ReLU cut)
       for (int64_t t = 0; t < T; ++t) {
-        const uint8_t* id = idx + (n * T + t) * CO;
         for (int q = 0; q < VO; ++q) {
-          float cf[16];
-          for (int c = 0; c < 16; ++c) cf[c] = static_cast<float>(id[16 * q + c]);
-          const v16 code = ld(cf), gv = ld(gt.data() + t * CO + 16 * q), zero = {};
-          bsum[q] += code < 4.f ? gv : zero;
           v16 y[4];
-          for (int k = 0; k < 4; ++k) y[k] = code == static_cast<float>(k) ? gv : zero;
+          if constexpr (POOL) {
+            const uint8_t* id = idx + (n * T + t) * CO;
+            float cf[16];
+            for (int c = 0; c < 16; ++c) cf[c] = static_cast<float>(id[16 * q + c]);
+            const v16 code = ld(cf), gv = ld(gt.data() + t * CO + 16 * q), zero = {};
+            bsum[q] += code < 4.f ? gv : zero;
+            for (int k = 0; k < 4; ++k) y[k] = code == static_cast<float>(k) ? gv : zero;
+          } else {
+            for (int k = 0; k < 4; ++k) {
+              y[k] = ld(g + ((n * H + 2 * (t / tw) + (k >> 1)) * W + 2 * (t % tw) + (k & 1)) * CO + 16 * q);
+              bsum[q] += y[k];
+            }
+          }
           const v16 a[4][2] = {{y[0], y[1]}, {y[0] + y[2], y[1] + y[3]}, {y[0] - y[2], y[1] - y[3]}, {-y[2], -y[3]}};
           for (int i = 0; i < 4; ++i) {
             const v16 v[4] = {a[i][0], a[i][0] + a[i][1], a[i][0] - a[i][1], -a[i][1]};
@@ -442,7 +462,7 @@ std::vector<torch::Tensor> conv_pool_fwd(torch::Tensor x, torch::Tensor w, torch
   auto wc = w.contiguous(), bc = b.contiguous();
   std::vector<float> U(16 * 32 * 64);
   weight_transform(wc.data_ptr<float>(), U.data(), nullptr, 32, 64);
-  Winograd<32, 64>::forward(x.data_ptr<float>(), U.data(), bc.data_ptr<float>(), out.data_ptr<float>(),
+  Winograd<32, 64, true>::forward(x.data_ptr<float>(), U.data(), bc.data_ptr<float>(), out.data_ptr<float>(),
                             idx.data_ptr<uint8_t>(), B, H, W);
   return {out, idx};
 }
@@ -462,13 +482,71 @@ std::vector<torch::Tensor> conv_pool_bwd(torch::Tensor x, torch::Tensor w, torch
   auto wc = w.contiguous();
   std::vector<float> Ut(16 * 64 * 32), gU(16 * 32 * 64);
   weight_transform(wc.data_ptr<float>(), nullptr, Ut.data(), 32, 64);
-  Winograd<32, 64>::backward(x.data_ptr<float>(), Ut.data(), g.data_ptr<float>(), idx.data_ptr<uint8_t>(),
+  Winograd<32, 64, true>::backward(x.data_ptr<float>(), Ut.data(), g.data_ptr<float>(), idx.data_ptr<uint8_t>(),
                              gin.data_ptr<float>(), gU.data(), gb.data_ptr<float>(), B, H, W);
   weight_gradient(gU.data(), gw.data_ptr<float>(), 32, 64);
   return {gin, gw, gb};
 }
 
+// conv2d(x, w, b, padding=1) by Winograd F(2x2, 3x3) for x NHWC [B, H, W, CI] (even sides),
+// w [CO, CI, 3, 3], (CI, CO) in {(32, 32), (32, 64), (64, 64)}: out NHWC [B, H, W, CO].
+template <bool FWD>
+void dense_dispatch(int64_t CI, int64_t CO, const float* x, const float* W8, const float* bias_or_g, float* out,
+                    float* gin, float* gU, float* gb, int64_t B, int64_t H, int64_t W) {
+#define FEDCOND_WINO(ci, co)                                                                            \
+  if (CI == ci && CO == co) {                                                                           \
+    if constexpr (FWD) Winograd<ci, co, false>::forward(x, W8, bias_or_g, out, nullptr, B, H, W);       \
+    else Winograd<ci, co, false>::backward(x, W8, bias_or_g, nullptr, gin, gU, gb, B, H, W);            \
+    return;                                                                                             \
+  }
+  FEDCOND_WINO(32, 32)
+  FEDCOND_WINO(32, 64)
+  FEDCOND_WINO(64, 64)
+#undef FEDCOND_WINO
+  TORCH_CHECK(false, "Winograd conv: no kernel for ", CI, " -> ", CO, " channels");
+}
+
+void check_conv_args(const torch::Tensor& x, const torch::Tensor& w) {
+  TORCH_CHECK(x.dim() == 4 && x.is_contiguous() && x.is_cpu() && x.scalar_type() == torch::kFloat &&
+              x.size(1) % 2 == 0 && x.size(2) % 2 == 0, "x: contiguous float NHWC on the CPU, even sides");
+  TORCH_CHECK(w.dim() == 4 && w.size(1) == x.size(3) && w.size(2) == 3 && w.size(3) == 3 && w.is_cpu() &&
+              w.scalar_type() == torch::kFloat, "w: [CO, CI, 3, 3] float on the CPU");
+}
+
+torch::Tensor winograd_conv_fwd(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
+  check_conv_args(x, w);
+  const int64_t B = x.size(0), H = x.size(1), W = x.size(2), CI = x.size(3), CO = w.size(0);
+  TORCH_CHECK(b.sizes() == torch::IntArrayRef({CO}) && b.is_cpu() && b.scalar_type() == torch::kFloat, "b: [CO]");
+  auto out = torch::empty({B, H, W, CO}, x.options());
+  auto wc = w.contiguous(), bc = b.contiguous();
+  std::vector<float> U(16 * CI * CO);
+  weight_transform(wc.data_ptr<float>(), U.data(), nullptr, CI, CO);
+  dense_dispatch<true>(CI, CO, x.data_ptr<float>(), U.data(), bc.data_ptr<float>(), out.data_ptr<float>(), nullptr,
+                       nullptr, nullptr, B, H, W);
+  return out;
+}
+
+// Gradients of winograd_conv_fwd for g NHWC [B, H, W, CO]: input NHWC, weight, bias.
+std::vector<torch::Tensor> winograd_conv_bwd(torch::Tensor x, torch::Tensor w, torch::Tensor g) {
+  check_conv_args(x, w);
+  const int64_t B = x.size(0), H = x.size(1), W = x.size(2), CI = x.size(3), CO = w.size(0);
+  TORCH_CHECK(g.sizes() == torch::IntArrayRef({B, H, W, CO}) && g.is_contiguous() && g.is_cpu() &&
+              g.scalar_type() == torch::kFloat, "g: contiguous float [B, H, W, CO]");
+  auto gin = torch::empty_like(x);
+  auto gw = torch::empty({CO, CI, 3, 3}, x.options());
+  auto gb = torch::empty({CO}, x.options());
+  auto wc = w.contiguous();
+  std::vector<float> Ut(16 * CO * CI), gU(16 * CI * CO);
+  weight_transform(wc.data_ptr<float>(), nullptr, Ut.data(), CI, CO);
+  dense_dispatch<false>(CI, CO, x.data_ptr<float>(), Ut.data(), g.data_ptr<float>(), nullptr, gin.data_ptr<float>(),
+                        gU.data(), gb.data_ptr<float>(), B, H, W);
+  weight_gradient(gU.data(), gw.data_ptr<float>(), CI, CO);
+  return {gin, gw, gb};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("winograd_conv_fwd", &winograd_conv_fwd);
+  m.def("winograd_conv_bwd", &winograd_conv_bwd);
   m.def("conv_pool_fwd", &conv_pool_fwd);
   m.def("conv_pool_bwd", &conv_pool_bwd);
   m.def("first_block_fwd", &first_block_fwd);
