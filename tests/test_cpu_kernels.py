@@ -229,3 +229,26 @@ def test_a_failed_build_warns_once_and_keeps_stock_layers(monkeypatch):
     assert len([w for w in caught if "CPU kernels not built" in str(w.message)]) == 1
     x = torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8)
     assert model(x).shape == (2, 10)
+
+
+def test_torch_func_over_the_parameters_falls_back_to_the_stock_layers(ext, monkeypatch):
+    """functional_call + grad wraps the parameters, not the input: the kernels must step aside
+    (autograd.Functions without setup_context cannot run under torch.func)."""
+    from torch.func import functional_call, grad
+
+    from fedcond.models import cifar_cnn
+
+    for build, shape in ((mnist_cnn, (4, 1, 28, 28)), (cifar_cnn, (4, 3, 32, 32))):
+        torch.manual_seed(8)
+        model = build().use_cpu_kernels().eval()  # eval: batch norm must not update buffers under torch.func
+        x = torch.randint(0, 256, shape, dtype=torch.uint8)
+        y = torch.randint(0, 10, (4,))
+        params = {k: v.detach() for k, v in model.named_parameters()}
+        g = grad(lambda p: F.cross_entropy(functional_call(model, p, (x,)), y))(params)
+        F.cross_entropy(model(x), y).backward()
+        for k, p in model.named_parameters():
+            assert torch.allclose(g[k], p.grad, rtol=1e-3, atol=1e-5), k
+    # a switched-on model in a process where the kernels are not built runs the stock layers
+    model = mnist_cnn().use_cpu_kernels()
+    monkeypatch.setattr(cpu_kernels, "_ext", None)
+    assert model(torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8)).shape == (2, 10)

@@ -44,11 +44,22 @@ class _CopyOutput(nn.Module):
         return self.inner(*args).clone()
 
 
+def _plain_conv(conv: nn.Conv2d) -> nn.Conv2d:
+    """The same conv (shared parameters) as a plain nn.Conv2d: Opacus picks its per-sample-gradient
+    code by exact type, and the models' conv subclass (models/cnn.py) would take its slower generic path."""
+    if type(conv) is nn.Conv2d:
+        return conv
+    plain = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                      conv.dilation, conv.groups, conv.bias is not None, conv.padding_mode)
+    plain.weight, plain.bias = conv.weight, conv.bias
+    return plain
+
+
 def _wrap_layers(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
     swapped = []
     for name, child in list(module.named_children()):
         if isinstance(child, (nn.Linear, nn.Conv2d)):
-            setattr(module, name, _CopyOutput(child))
+            setattr(module, name, _CopyOutput(_plain_conv(child) if isinstance(child, nn.Conv2d) else child))
             swapped.append((module, name, child))
         else:
             swapped += _wrap_layers(child)

@@ -113,9 +113,9 @@ class _Block(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """The unmodulated block; "first": conv, pool and ReLU in one kernel (its input is the data)."""
-        if self.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h):
+        if self.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h, self.conv.weight, self.conv.bias):
             return cpu_kernels.FirstBlock.apply(h, self.conv.weight, self.conv.bias)
-        if self.kernel == "conv_pool" and cpu_kernels.usable(h):
+        if self.kernel == "conv_pool" and cpu_kernels.usable(h, self.conv.weight, self.conv.bias):
             return cpu_kernels.ConvPoolReLU.apply(h, self.conv.weight, self.conv.bias)
         return self.finish(self.conv(h))
 
@@ -131,7 +131,7 @@ class _Conv2d(nn.Conv2d):
     winograd = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.winograd and cpu_kernels.usable(x):
+        if self.winograd and cpu_kernels.usable(x, self.weight, self.bias):
             return cpu_kernels.WinogradConv.apply(x, self.weight, self.bias)
         return super().forward(x)
 

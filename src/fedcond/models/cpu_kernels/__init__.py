@@ -176,7 +176,11 @@ def first_block_fits(conv: torch.nn.Module) -> bool:
             and conv.padding_mode == "zeros")
 
 
-def usable(x: torch.Tensor) -> bool:
-    """The kernels run on CPU float32 tensors with even sides, outside torch.func transforms."""
-    return (x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 4 and x.shape[2] % 2 == 0
-            and x.shape[3] % 2 == 0 and not torch._C._functorch.is_functorch_wrapped_tensor(x))
+def usable(x: torch.Tensor, *params: torch.Tensor) -> bool:
+    """The kernels run on CPU float32 tensors (x with even sides, and the layer's parameters)
+    outside torch.func transforms, in a process where they are built (a model switched on
+    elsewhere and unpickled here falls back to the stock layers)."""
+    plain = lambda t: (t.device.type == "cpu" and t.dtype == torch.float32  # noqa: E731
+                       and not torch._C._functorch.is_functorch_wrapped_tensor(t))
+    return (_ext is not None and plain(x) and x.dim() == 4 and x.shape[2] % 2 == 0 and x.shape[3] % 2 == 0
+            and all(plain(p) for p in params))
