@@ -115,14 +115,19 @@ def step_breakdown(spec: ModelSpec, sgd: SGDConfig, reps: int = 40) -> list[tupl
     stages["FC layers and loss"] = lambda: run(lambda: F.cross_entropy(model.fc2(F.relu(model.fc1(flat))), y))
     flops = {}
     kernels = first.kernel, second.kernel
+    winograd = [m for m in model.modules() if getattr(m, "winograd", False)]
     # the counter sees torch ops only: count the stock layers' FLOPs (a direct conv's; the Winograd
     # kernel computes the same function with 2.25x fewer multiplies in its conv)
     first.kernel = second.kernel = None
+    for m in winograd:
+        m.winograd = False
     for name, fn in stages.items():
         with FlopCounterMode(display=False) as counter:
             fn()
         flops[name] = counter.get_total_flops()
     first.kernel, second.kernel = kernels
+    for m in winograd:
+        m.winograd = True
     stages["SGD step (momentum, fused)"] = opt.step
     flops["SGD step (momentum, fused)"] = 0.0
     params = list(model.parameters())
