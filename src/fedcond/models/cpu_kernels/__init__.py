@@ -152,28 +152,26 @@ class WinogradConv(torch.autograd.Function):
 WINOGRAD_CHANNELS = {(32, 32), (32, 64), (64, 64)}  # (in, out) pairs compiled in kernels.cpp
 
 
+def _plain_3x3(conv: torch.nn.Module) -> bool:
+    """Conv2d 3x3, stride 1, padding 1 (zeros), no dilation or groups, with bias: what every kernel assumes."""
+    return (isinstance(conv, torch.nn.Conv2d) and conv.kernel_size == (3, 3) and conv.stride == (1, 1)
+            and conv.padding == (1, 1) and conv.dilation == (1, 1) and conv.groups == 1
+            and conv.bias is not None and conv.padding_mode == "zeros")
+
+
 def winograd_fits(conv: torch.nn.Module) -> bool:
-    """A conv the Winograd kernel computes: 3x3, stride 1, padding 1 (zeros), bias, channels listed."""
-    return (isinstance(conv, torch.nn.Conv2d) and (conv.in_channels, conv.out_channels) in WINOGRAD_CHANNELS
-            and conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
-            and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None
-            and conv.padding_mode == "zeros")
+    """A conv the Winograd kernel computes: a plain 3x3 with its channels listed in WINOGRAD_CHANNELS."""
+    return _plain_3x3(conv) and (conv.in_channels, conv.out_channels) in WINOGRAD_CHANNELS
 
 
 def conv_pool_fits(conv: torch.nn.Module) -> bool:
-    """The shape the Winograd block takes: Conv2d 32 -> 64, 3x3, stride 1, padding 1, bias."""
-    return (isinstance(conv, torch.nn.Conv2d) and conv.in_channels == 32 and conv.out_channels == 64
-            and conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
-            and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None
-            and conv.padding_mode == "zeros")
+    """The shape the fused Winograd block takes: a plain 3x3 conv 32 -> 64."""
+    return _plain_3x3(conv) and (conv.in_channels, conv.out_channels) == (32, 64)
 
 
 def first_block_fits(conv: torch.nn.Module) -> bool:
-    """The one shape the first-block kernel takes: Conv2d 1 -> 32, 3x3, stride 1, padding 1, bias."""
-    return (isinstance(conv, torch.nn.Conv2d) and conv.in_channels == 1 and conv.out_channels == 32
-            and conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
-            and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None
-            and conv.padding_mode == "zeros")
+    """The one shape the first-block kernel takes: a plain 3x3 conv 1 -> 32."""
+    return _plain_3x3(conv) and (conv.in_channels, conv.out_channels) == (1, 32)
 
 
 def usable(x: torch.Tensor, *params: torch.Tensor) -> bool:
