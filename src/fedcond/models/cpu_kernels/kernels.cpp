@@ -207,7 +207,8 @@ struct Winograd {
   static void forward(const float* x, const float* U, const float* bias, float* out, uint8_t* idx,
                       int64_t B, int64_t H, int64_t W) {
     const int64_t T = (H / 2) * (W / 2), Tp = (T + R - 1) / R * R, tw = W / 2;
-    std::vector<float> V(16 * Tp * CI), M(16 * R * CO), pooled(Tp * CO);
+    // pooled: one image's pooled outputs before the NCHW transpose (the unpooled mode writes out directly)
+    std::vector<float> V(16 * Tp * CI), M(16 * R * CO), pooled(POOL ? Tp * CO : 0);
     float arg[CO];
     for (int64_t n = 0; n < B; ++n) {
       input_transform(x + n * H * W * CI, H, W, V.data(), Tp);
@@ -260,7 +261,7 @@ struct Winograd {
                        float* gU, float* gb, int64_t B, int64_t H, int64_t W) {
     const int64_t T = (H / 2) * (W / 2), Tp = (T + R - 1) / R * R, tw = W / 2, Wp = W + 2;
     std::vector<float> V(16 * Tp * CI), dM(16 * Tp * CO, 0.f), dV(16 * R * CI), gpad((H + 2) * Wp * CI),
-        gt(Tp * CO, 0.f);
+        gt(POOL ? Tp * CO : 0, 0.f);  // the pooled gradient, transposed to tiles x channels
     std::fill(gU, gU + 16 * CI * CO, 0.f);
     v16 bsum[VO] = {};
     for (int64_t n = 0; n < B; ++n) {
