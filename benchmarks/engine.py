@@ -72,77 +72,94 @@ def flops_per_sample(spec: ModelSpec, batch: int = 64) -> float:
     return counter.get_total_flops() / batch
 
 
-def step_breakdown(spec: ModelSpec, sgd: SGDConfig, reps: int = 40) -> list[tuple[str, float, float]]:
-    """Where one training step of the engine's model goes, on one thread: (stage, seconds, FLOPs).
+def step_breakdown(spec: ModelSpec, sgd: SGDConfig, reps: int = 40) -> list[tuple[str, float, float, float]]:
+    """Where one training step goes, on one thread, with the engine's model (channels-last, the
+    compiled kernels the self-check kept) and with the stock layers: (stage, kernel s, stock s, FLOPs).
 
-    The model is the CPU engines' own (channels-last, with the compiled kernels where they built).
-    Each stage runs forward + backward on its own (the SGD step: the update alone), stages
-    interleaved and the median kept, so the machine's noise hits them alike.
+    Each stage runs forward + backward on its own (the SGD step: the update alone), the two models
+    and all stages interleaved and the median kept, so the machine's noise hits them alike. FLOPs
+    are counted on the stock layers (a direct conv's).
     """
     from torch.utils.flop_counter import FlopCounterMode
 
     from fedcond.engine.local_sgd import cpu_model
 
     cl = torch.channels_last
-    model = cpu_model(spec)
-    opt = torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum, fused=True)  # as train_job
+    fast = cpu_model(spec)
+    stock = spec.build().to(memory_format=cl)
+    stock.load_state_dict(fast.state_dict())
     b = sgd.batch_size
     x = torch.randint(0, 256, (b, *spec.input_shape), dtype=torch.uint8).contiguous(memory_format=cl)
     y = torch.randint(0, spec.num_classes, (b,))
-    first, second = model.blocks
-
-    def pool(h):
-        return second.finish(h).flatten(1)
-
     with torch.no_grad():
-        x1 = model.normalise(x)
-        h1 = first(x1)
-        c2 = second.conv(h1)
-        flat = pool(c2)
-    h1, c2, flat = (t.detach().requires_grad_() for t in (h1, c2, flat))
+        x1 = stock.normalise(x)
+        h1 = stock.blocks[0](x1)
+        flat = stock.blocks[1](h1).flatten(1)
+    h1, flat = (t.detach().requires_grad_() for t in (h1, flat))
 
-    def run(fn):
-        out = fn()
+    def run(out):
         out.backward(torch.ones_like(out) if out.dim() else None)
 
-    kernel = " (kernel)" if first.kernel else ""
-    stages = {f"first block (conv 1->32, pool, ReLU){kernel}": lambda: run(lambda: first(x1))}
-    if second.kernel == "conv_pool":  # conv, pool, ReLU and flatten in one kernel: one stage
-        stages["conv 32->64, pool, ReLU (Winograd kernel)"] = lambda: run(lambda: second(h1).flatten(1))
-    else:
-        stages["conv 32->64"] = lambda: run(lambda: second.conv(h1))
-        stages[f"pool, ReLU, flatten{kernel}"] = lambda: run(lambda: pool(c2))
-    stages["FC layers and loss"] = lambda: run(lambda: F.cross_entropy(model.fc2(F.relu(model.fc1(flat))), y))
+    def stages(model):
+        first, second = model.blocks
+        return {
+            "block 1: conv 1->32, pool, ReLU": lambda: run(first(x1)),
+            "block 2: conv 32->64, pool, ReLU": lambda: run(second(h1).flatten(1)),
+            "FC layers and loss": lambda: run(F.cross_entropy(model.fc2(F.relu(model.fc1(flat))), y)),
+            "SGD step (momentum, fused)": torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum,
+                                                          fused=True).step,  # as train_job
+        }
+
+    fast_stages, stock_stages = stages(fast), stages(stock)
     flops = {}
-    kernels = first.kernel, second.kernel
-    winograd = [m for m in model.modules() if getattr(m, "winograd", False)]
-    # the counter sees torch ops only: count the stock layers' FLOPs (a direct conv's; the Winograd
-    # kernel computes the same function with 2.25x fewer multiplies in its conv)
-    first.kernel = second.kernel = None
-    for m in winograd:
-        m.winograd = False
-    for name, fn in stages.items():
+    for name, fn in stock_stages.items():
         with FlopCounterMode(display=False) as counter:
             fn()
-        flops[name] = counter.get_total_flops()
-    first.kernel, second.kernel = kernels
-    for m in winograd:
-        m.winograd = True
-    stages["SGD step (momentum, fused)"] = opt.step
-    flops["SGD step (momentum, fused)"] = 0.0
-    params = list(model.parameters())
-    grads = [torch.randn_like(p) for p in params]
-    times: dict[str, list[float]] = {name: [] for name in stages}
+        flops[name] = 0.0 if name.startswith("SGD") else counter.get_total_flops()
+    grads = {id(m): [torch.randn_like(p) for p in m.parameters()] for m in (fast, stock)}
+    times = {(name, which): [] for name in fast_stages for which in ("kernel", "stock")}
     for _ in range(reps):
-        for name, fn in stages.items():
-            for t_ in (h1, c2, flat):
-                t_.grad = None  # as in a step: gradients are written, not added to old ones
-            for p, g in zip(params, grads):
-                p.grad = g if name.startswith("SGD") else None
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return [(name, sorted(ts)[len(ts) // 2], flops[name]) for name, ts in times.items()]
+        for name in fast_stages:
+            for which, model, fn in (("kernel", fast, fast_stages[name]), ("stock", stock, stock_stages[name])):
+                for t_ in (h1, flat):
+                    t_.grad = None  # as in a step: gradients are written, not added to old ones
+                for p, g in zip(model.parameters(), grads[id(model)]):
+                    p.grad = g if name.startswith("SGD") else None
+                t = time.perf_counter()
+                fn()
+                times[(name, which)].append(time.perf_counter() - t)
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    return [(name, med[(name, "kernel")], med[(name, "stock")], flops[name]) for name in fast_stages]
+
+
+def stage_kernels(spec: ModelSpec) -> list[str]:
+    """Which compiled kernel runs each conv stage of the engine's model ('stock' where none)."""
+    from fedcond.engine.local_sgd import cpu_model
+
+    out = []
+    for block in cpu_model(spec).blocks:
+        parts = [{"first": "fused first-block kernel", "conv_pool": "fused Winograd kernel",
+                  "pool": "pool kernel"}.get(block.kernel, "")]
+        if block.kernel not in ("first", "conv_pool") and getattr(block.conv, "winograd", False):
+            parts.insert(0, "Winograd conv")
+        out.append(" + ".join(p for p in parts if p) or "stock layers")
+    return out
+
+
+def print_machine() -> None:
+    """The CPU, its vector ISA, and what the kernels' self-check kept on it (fedcond doctor in short)."""
+    from fedcond.commands.doctor import facts
+
+    info = facts()
+    k = info["kernels"]
+    print(f"machine: {info['cpu']}, vector ISA {info['vector_isa']}, {info['cores']} cores; torch {info['torch']} "
+          f"(CPU capability {info['torch_cpu_capability']})")
+    if k["not_built"]:
+        print(f"kernels: not in use ({k['not_built']})")
+        return
+    each = ", ".join(f"{n} {'on' if e['on'] else 'off'}" + (f" {e['speedup']:.2f}x" if "speedup" in e else "")
+                     for n, e in k["each"].items())
+    print(f"kernels: {k['variant']} build for {k['built_for']}, mode {k['mode']}; self-check (kernel vs stock): {each}")
 
 
 def literal_model(spec: ModelSpec) -> torch.nn.Module:
@@ -192,6 +209,7 @@ def main() -> None:
         return accelerator(args)
 
     torch.set_num_threads(1)
+    print_machine()
     mnist = data.load("mnist", data_dir=args.data_dir)
     sc = make_scenario("E1", "mnist", lambda n: mnist, k=2, clients_per_cluster=args.clients_per_cluster, seed=0)
     fed = sc.federation
@@ -240,22 +258,25 @@ def main() -> None:
     ceiling = matmul_ceiling(args.workers)
     print(f"{'ceiling (fp32 matmul, ' + str(args.workers) + ' x 1 thread)':34s} {ceiling / 1e9:27.1f} GFLOP/s")
 
-    # why the engine stops where it does: one step's stages, and the bound the dominant one sets
+    # why the engine stops where it does: one step's stages, kernel against stock, and the bound the dominant one sets
     stages = step_breakdown(spec, sgd)
-    step = sum(t for _, t, _ in stages)
+    step = sum(t for _, t, _, _ in stages)
+    stock_step = sum(t for _, _, t, _ in stages)
     core = ceiling / args.workers
-    print(f"one step (batch {sgd.batch_size}, 1 thread), stage by stage:")
-    for name, t, fl in stages:
+    used = stage_kernels(spec) + ["stock layers", "fused SGD"]
+    print(f"one step (batch {sgd.batch_size}, 1 thread), stage by stage, the engine's model against the stock layers:")
+    for (name, t, t_stock, fl), how in zip(stages, used):
         rate = f"{fl / t / 1e9:6.1f} GFLOP/s ({fl / t / core:.2f} of a core's matmul)" if fl else ""
-        print(f"  {name:42s} {t * 1e3:6.2f} ms {100 * t / step:4.0f}% of the time {100 * fl / (fps * sgd.batch_size):4.0f}% of the FLOPs  {rate}")
-    name, t_dom, fl_dom = max(stages, key=lambda s: s[2])
+        print(f"  {name:34s} {t * 1e3:6.2f} ms (stock {t_stock * 1e3:6.2f} ms, {t_stock / t:4.2f}x) {100 * t / step:4.0f}% "
+              f"of the time {100 * fl / (fps * sgd.batch_size):4.0f}% of the FLOPs  {rate}  [{how}]")
+    print(f"  whole step: {step * 1e3:.2f} ms against {stock_step * 1e3:.2f} ms with the stock layers ({stock_step / step:.2f}x)")
+    name, t_dom, _, fl_dom = max(stages, key=lambda s: s[3])
     scaling = engine_rate / (args.workers * loop_rate)  # how well the workers together keep up with one alone
     bound = args.workers * scaling * sgd.batch_size / t_dom
     print(f"  bound: were every stage but '{name}' free, {args.workers} workers at this scaling ({scaling:.2f}) would reach "
           f"{bound:.0f} samples/s: engine/conventional <= {bound / conv_rate:.2f}x")
-    wino = [fl for n, _, fl in stages if "Winograd" in n]
-    if wino:  # say what the hardware executes too: the model's FLOPs above count a direct conv
-        executed = fps - wino[0] / sgd.batch_size * (1 - 1 / 2.25)
+    if "Winograd" in used[1]:  # say what the hardware executes too: the model's FLOPs above count a direct conv
+        executed = fps - fl_dom / sgd.batch_size * (1 - 1 / 2.25)
         print(f"  executed arithmetic: {executed / 1e6:.1f} of the model's {fps / 1e6:.1f} MFLOP per sample (Winograd conv); "
               f"{engine_rate * executed / 1e9:.1f} GFLOP/s executed, {engine_rate * executed / ceiling:.2f} of the ceiling")
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)

@@ -1,10 +1,12 @@
 """The compiled CPU kernels give the stock layers' function and gradients (models/cpu_kernels)."""
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,21 +15,33 @@ import torch.nn.functional as F
 from fedcond.engine import LoopEngine, SGDConfig
 from fedcond.engine.local_sgd import cpu_model, train_job
 from fedcond.models import cpu_kernels, mnist_cnn
+from fedcond.models.cpu_kernels import build, selfcheck
 from fedcond.models.spec import ModelSpec
 
 CL = torch.channels_last
 
 
-@pytest.fixture(scope="module")
-def ext():
-    if os.environ.get("FEDCOND_CPU_KERNELS") == "0":
+def _variants() -> list[str]:
+    return [] if os.environ.get("FEDCOND_CPU_KERNELS") == "0" else build.buildable_variants()
+
+
+@pytest.fixture(scope="module", params=_variants() or ["none"])
+def ext(request):
+    """Every variant this machine can build and run (native; avx2 on AVX-512 machines; portable),
+    loaded as the active kernels with every kernel enabled, whatever the self-check decided."""
+    if request.param == "none":
         pytest.skip("CPU kernels switched off by FEDCOND_CPU_KERNELS=0")
-    built = cpu_kernels.extension()
-    # where a compiler is present the kernels must build: a broken build must not hide behind the fallback
-    assert built is not None or shutil.which(os.environ.get("CXX", "c++")) is None
-    if built is None:
+    try:
+        built = build.load(request.param)
+    except build.BuildError:
+        # where a compiler is present the kernels must build: a broken build must not hide behind the fallback
+        assert shutil.which(os.environ.get("CXX", "c++")) is None
         pytest.skip("no C++ compiler: the stock layers are used")
-    return built
+    saved = cpu_kernels._ext, cpu_kernels._tried, cpu_kernels._enabled
+    cpu_kernels._ext, cpu_kernels._tried = built, True
+    cpu_kernels._enabled = dict.fromkeys(selfcheck.KERNELS, True)
+    yield built
+    cpu_kernels._ext, cpu_kernels._tried, cpu_kernels._enabled = saved
 
 
 def _integer_pair(seed: int, film: bool = False):
@@ -212,12 +226,10 @@ def test_switched_off_by_environment_variable():
 
 
 def test_a_failed_build_warns_once_and_keeps_stock_layers(monkeypatch):
-    import torch.utils.cpp_extension as cpp
+    def broken(variant):
+        raise build.BuildError("no compiler here")
 
-    def broken(*a, **k):
-        raise RuntimeError("no compiler here")
-
-    monkeypatch.setattr(cpp, "load", broken)
+    monkeypatch.setattr(build, "load", broken)
     monkeypatch.setattr(cpu_kernels, "_tried", False)
     monkeypatch.setattr(cpu_kernels, "_ext", None)
     monkeypatch.delenv("FEDCOND_CPU_KERNELS", raising=False)
@@ -227,6 +239,7 @@ def test_a_failed_build_warns_once_and_keeps_stock_layers(monkeypatch):
         mnist_cnn().use_cpu_kernels()
     assert [b.kernel for b in model.blocks] == [None, None]
     assert len([w for w in caught if "CPU kernels not built" in str(w.message)]) == 1
+    assert "no compiler here" in cpu_kernels.status()["reason"]
     x = torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8)
     assert model(x).shape == (2, 10)
 
@@ -252,3 +265,97 @@ def test_torch_func_over_the_parameters_falls_back_to_the_stock_layers(ext, monk
     model = mnist_cnn().use_cpu_kernels()
     monkeypatch.setattr(cpu_kernels, "_ext", None)
     assert model(torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8)).shape == (2, 10)
+
+
+def test_each_variant_is_compiled_for_its_own_vector_width(ext):
+    expected = {"avx2": ("avx2", 8), "portable": ("portable", 4)}
+    if ext.variant in expected:
+        assert (ext.isa, ext.vector_width) == expected[ext.variant]
+    else:  # native: the widest the CPU has
+        assert ext.isa == build.vector_isa() and ext.vector_width == {"avx512": 16, "avx2": 8, "avx": 8}.get(ext.isa, 4)
+
+
+def test_variants_offered_follow_the_cpu_flags():
+    avx512 = {"avx", "avx2", "fma", "bmi2", "avx512f"}
+    assert build.vector_isa(avx512) == "avx512" and build.vector_isa({"avx", "avx2", "fma"}) == "avx2"
+    assert build.vector_isa(set()) == "portable"
+    assert build.buildable_variants({"avx", "avx2", "fma", "bmi2"}) == ["native", "portable"]
+    if build.platform.machine() == "x86_64":
+        assert build.buildable_variants(avx512) == ["native", "avx2", "portable"]
+
+
+def _timings(slower: set[str]) -> dict:
+    return {name: {"kernel_ms": 2.0 if name in slower else 1.0, "stock_ms": 1.5} for name in selfcheck.KERNELS}
+
+
+@pytest.fixture
+def fresh_dispatch(monkeypatch, tmp_path):
+    """A process state where extension() has not run yet, its cache in tmp_path, timings injected."""
+    if os.environ.get("FEDCOND_CPU_KERNELS") == "0" or shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no kernels to dispatch")
+    built = build.load("native").path  # compiled once in the real cache; each test gets its own copy
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    shutil.copy(built, build.library_path("native"))
+    monkeypatch.delenv("FEDCOND_CPU_KERNELS", raising=False)
+    monkeypatch.delenv("FEDCOND_CPU_KERNELS_VARIANT", raising=False)
+    for name, value in (("_tried", False), ("_ext", None), ("_enabled", {})):
+        monkeypatch.setattr(cpu_kernels, name, value)
+    calls = []
+
+    def inject(slower: set[str]):
+        def measure():
+            calls.append(1)
+            return _timings(slower)
+        monkeypatch.setattr(selfcheck, "measure", measure)
+        return calls
+    return inject
+
+
+def test_dispatch_keeps_only_kernels_measured_faster_than_stock(fresh_dispatch):
+    from fedcond.models import cifar_cnn
+
+    fresh_dispatch({"conv_pool", "winograd_32_32"})
+    mnist = mnist_cnn().use_cpu_kernels()
+    assert [b.kernel for b in mnist.blocks] == ["first", "pool"]  # the slower fused block steps aside
+    assert mnist.blocks[1].conv.winograd  # its conv alone still runs by the (faster) Winograd 32->64
+    cifar = cifar_cnn().use_cpu_kernels()
+    on = {(m.in_channels, m.out_channels): m.winograd for m in cifar.modules() if isinstance(m, torch.nn.Conv2d)}
+    assert on == {(3, 32): False, (32, 32): False, (32, 64): True, (64, 64): True}
+    assert cpu_kernels.status()["enabled"]["conv_pool"] is False
+
+
+def test_dispatch_falls_back_to_the_stock_layers_where_every_kernel_is_slower(fresh_dispatch):
+    fresh_dispatch(set(selfcheck.KERNELS))
+    model = mnist_cnn(stat_dim=4, conditioning="film").use_cpu_kernels()
+    assert [b.kernel for b in model.blocks] == [None, None]
+    assert not any(getattr(m, "winograd", False) for m in model.modules())
+    x = torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8)
+    assert model(x, torch.zeros(2, 4)).shape == (2, 10)
+
+
+def test_self_check_runs_once_per_build_and_is_cached_beside_it(fresh_dispatch, monkeypatch):
+    calls = fresh_dispatch({"first_block"})
+    assert not cpu_kernels.enabled("first_block") and cpu_kernels.enabled("conv_pool")
+    library = Path(cpu_kernels.status()["library"])
+    record = json.loads(library.with_name(library.stem + ".selfcheck.json").read_text())
+    assert record["timings"] == _timings({"first_block"}) and record["key"]["torch"] == torch.__version__
+    monkeypatch.setattr(cpu_kernels, "_tried", False)  # a new process: reads the record, measures nothing
+    assert not cpu_kernels.enabled("first_block") and len(calls) == 1
+    monkeypatch.setattr(cpu_kernels, "_tried", False)
+    monkeypatch.setattr(torch, "__version__", "0.0.0-other")  # another torch: stock speed may differ, measure again
+    assert cpu_kernels.extension() is not None and len(calls) == 2
+
+
+def test_decision_rule():
+    timings = _timings({"pool_relu"})
+    del timings["winograd_64_64"]
+    decided = selfcheck.decide(timings)
+    assert decided["pool_relu"] is False and decided["winograd_64_64"] is False and decided["first_block"] is True
+    tie = {name: {"kernel_ms": 1.0, "stock_ms": 1.0} for name in selfcheck.KERNELS}
+    assert not any(selfcheck.decide(tie).values())  # a tie keeps the stock layers
+
+
+def test_the_real_self_check_times_every_kernel(ext):
+    timings = selfcheck.measure(batch=2, reps=1)
+    assert set(timings) == set(selfcheck.KERNELS)
+    assert all(v["kernel_ms"] > 0 and v["stock_ms"] > 0 for v in timings.values())

@@ -1,4 +1,4 @@
-"""Compiled CPU kernels for the MNIST CNN; the CPU engines switch them on.
+"""Compiled CPU kernels for the paper's CNNs; the CPU engines switch them on where they are faster.
 
 Why: on the 2-core CPUs a training step of the MNIST CNN spent half its time outside the conv
 32->64 that holds 87% of its FLOPs (`benchmarks/engine.py` prints the stages), and that conv ran
@@ -17,59 +17,71 @@ these stages are C++ loops vectorised over channels (kernels.cpp):
 All pick the first maximum in row-major window order, as `max_pool2d` does, so the gradients
 are those of the stock layers (exact on integer data; tests check every kernel).
 
-The extension is compiled on first use (torch.utils.cpp_extension: a C++ compiler and ninja,
-~35 s once per machine, cached under TORCH_EXTENSIONS_DIR). Where it cannot be built, or with
-FEDCOND_CPU_KERNELS=0, the models keep the stock torch layers: same results to float rounding.
+kernels.cpp is compiled on first use for the CPU at hand (build.py: vector width and register
+blocking chosen by its ISA, ~4 s with a C++ compiler, cached in the user cache directory), then
+each kernel is timed against the stock layers it replaces and kept only where it is faster
+(selfcheck.py; ~1 s once per build and torch version, cached). `fedcond doctor` shows the outcome.
+Where no compiler is found, or with FEDCOND_CPU_KERNELS=0, the models keep the stock torch layers:
+the same results to float rounding. FEDCOND_CPU_KERNELS=all skips the self-check (every kernel on);
+FEDCOND_CPU_KERNELS_VARIANT=avx2|portable builds another variant than native (to test or time it).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import platform
 import warnings
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-_SOURCE = Path(__file__).with_name("kernels.cpp")
-_ext = None
+from . import build, selfcheck
+
+MODE_ENV, VARIANT_ENV = "FEDCOND_CPU_KERNELS", "FEDCOND_CPU_KERNELS_VARIANT"
+_ext: build.Kernels | None = None  # the loaded kernels, or None: the stock layers run everywhere
 _tried = False
+_enabled: dict[str, bool] = {}  # kernel name (selfcheck.KERNELS) -> keep it
+_status: dict = {}  # what extension() did, for `fedcond doctor` and the benchmark
 
 
-def _cpu_tag() -> str:
-    """Names the build by the CPU's features: it is compiled with -march=native, so a cache shared
-    between different machines must not hand one machine's binary to another."""
-    flags = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = line
-                break
-    except OSError:
-        flags = platform.processor()
-    return hashlib.sha1(flags.encode()).hexdigest()[:8]
-
-
-def extension():
-    """The compiled kernels, or None where they are switched off or cannot be built (warned once)."""
-    global _ext, _tried
+def extension() -> build.Kernels | None:
+    """The compiled kernels, or None where they are switched off or cannot be built (warned once).
+    The first call also decides which kernels to keep (the self-check)."""
+    global _ext, _tried, _enabled
     if _tried:
         return _ext
     _tried = True
-    if os.environ.get("FEDCOND_CPU_KERNELS", "1") == "0":
+    mode = os.environ.get(MODE_ENV, "auto").strip().lower()
+    variant = os.environ.get(VARIANT_ENV, "native").strip().lower() or "native"
+    _status.clear()
+    _status.update(mode=mode, variant=variant)
+    if mode == "0":
+        _status["reason"] = f"switched off by {MODE_ENV}=0"
         return None
     try:
-        from torch.utils.cpp_extension import load
-
-        _ext = load(f"fedcond_cpu_kernels_{_cpu_tag()}", [str(_SOURCE)], extra_cflags=["-O3", "-march=native"],
-                    verbose=False)
-    except Exception as e:  # no compiler, no ninja, an unsupported platform: the stock layers still work
-        warnings.warn(f"fedcond: CPU kernels not built ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                      "using the stock torch layers", stacklevel=2)
-        _ext = None
+        _ext = build.load(variant)
+    except build.BuildError as e:  # no compiler, an unsupported platform: the stock layers still work
+        warnings.warn(f"fedcond: CPU kernels not built ({e}); using the stock torch layers", stacklevel=2)
+        _status["reason"] = str(e)
+        return None
+    _status.update(isa=_ext.isa, vector_width=_ext.vector_width, library=str(_ext.path))
+    if mode == "all":
+        _enabled = dict.fromkeys(selfcheck.KERNELS, True)
+    else:
+        timings = selfcheck.cached_timings(_ext.path)
+        _enabled = selfcheck.decide(timings)
+        _status["timings"] = timings
     return _ext
+
+
+def enabled(name: str) -> bool:
+    """Whether the kernel `name` (a key of selfcheck.KERNELS) runs: built and not slower than stock."""
+    return extension() is not None and _enabled.get(name, False)
+
+
+def status() -> dict:
+    """What extension() did: mode, variant, ISA, library, the self-check's timings; and per kernel on/off."""
+    extension()
+    return dict(_status, enabled={name: enabled(name) for name in selfcheck.KERNELS})
 
 
 class FirstBlock(torch.autograd.Function):
@@ -172,6 +184,22 @@ def conv_pool_fits(conv: torch.nn.Module) -> bool:
 def first_block_fits(conv: torch.nn.Module) -> bool:
     """The one shape the first-block kernel takes: a plain 3x3 conv 1 -> 32."""
     return _plain_3x3(conv) and (conv.in_channels, conv.out_channels) == (1, 32)
+
+
+def block_kernel(first: bool, conv: torch.nn.Module, film: bool) -> str | None:
+    """Which kernel runs a conv-pool-ReLU block: "first" (the whole first block of one input
+    channel), "conv_pool" (the whole block 32 -> 64), "pool" (pool and ReLU only; FiLM modulates
+    between conv and pool) or None (the stock layers): the first that fits and is enabled."""
+    if not film and first and first_block_fits(conv) and enabled("first_block"):
+        return "first"
+    if not film and conv_pool_fits(conv) and enabled("conv_pool"):
+        return "conv_pool"
+    return "pool" if enabled("pool_relu") else None
+
+
+def winograd_on(conv: torch.nn.Module) -> bool:
+    """Whether this conv runs by the Winograd kernel: its shape fits and its kernel is enabled."""
+    return winograd_fits(conv) and enabled(f"winograd_{conv.in_channels}_{conv.out_channels}")
 
 
 def usable(x: torch.Tensor, *params: torch.Tensor) -> bool:

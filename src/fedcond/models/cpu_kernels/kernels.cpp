@@ -1,23 +1,50 @@
-// CPU kernels for the MNIST CNN's memory-bound stages (see __init__.py for why and how they are used).
+// CPU kernels for the paper's CNNs (see __init__.py for why and how they are used).
+// Plain C++ with a C interface (no torch headers: a variant compiles in a few seconds); build.py
+// compiles it per ISA variant and checks every argument before calling in (ctypes).
 // Layouts: "NHWC" = channels-last memory; every kernel runs on one thread (the engine runs one
 // single-thread process per core). Max-pooling picks the first maximum in row-major window order
 // (position k = 2 * dy + dx), exactly as torch's max_pool2d, NaN included (it wins and survives the
 // ReLU); idx holds k, or 4 where the ReLU zeroed the output (no gradient flows).
-#include <torch/extension.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+// ---- Vector width and register blocking, by the ISA this file is compiled for ----
+// W floats per vector; the matrix products keep R x RC vector accumulators (plus RC loads and a
+// broadcast) in registers: 32 zmm on AVX-512, 16 ymm on AVX/AVX2, 16 xmm (SSE) or 32 (NEON) in
+// the portable build. Wider vectors than the ISA has (64-byte types on AVX2) are split by the
+// compiler and spill: 12x slower than stock torch on AVX2 was the cost of that.
+#if defined(__AVX512F__)
+#define FEDCOND_ISA "avx512"
+constexpr int W = 16, R = 7, RC = 2, GR = 4, GC = 4;
+#elif defined(__AVX__)
+#if defined(__AVX2__)
+#define FEDCOND_ISA "avx2"
+#else
+#define FEDCOND_ISA "avx"
+#endif
+constexpr int W = 8, R = 6, RC = 2, GR = 4, GC = 2;  // 6 x 2 and 4 x 2: the fastest of 7 blockings timed
+#else
+#define FEDCOND_ISA "portable"
+constexpr int W = 4, R = 6, RC = 2, GR = 4, GC = 2;
+#endif
+// GR x GC: rows (input channels) x vector columns of the weight-gradient accumulators.
+
 namespace {
+
+typedef float vec __attribute__((vector_size(4 * W)));
+typedef float vecu __attribute__((vector_size(4 * W), aligned(4), __may_alias__));  // unaligned, like __m512_u
+inline vec ld(const float* p) { return *reinterpret_cast<const vecu*>(p); }
+inline void st(float* p, vec v) { *reinterpret_cast<vecu*>(p) = v; }
+inline vec splat(float s) { return vec{} + s; }
 
 // relu(max_pool2d(conv2d(x, w, b, padding=1), 2)) for one input channel.
 // xp: [B, H + 2, W + 2] zero-padded input; wt: [9, C] (tap-major); b: [C].
 // out: [B, H/2, W/2, C]; idx: same shape, uint8.
 template <int C>
 void first_block_forward(const float* __restrict xp, const float* __restrict wt, const float* __restrict b,
-                         float* __restrict out, uint8_t* __restrict idx, int64_t B, int64_t H, int64_t W) {
-  const int64_t h = H / 2, v = W / 2, Wp = W + 2;
+                         float* __restrict out, uint8_t* __restrict idx, int64_t B, int64_t H, int64_t Wd) {
+  const int64_t h = H / 2, v = Wd / 2, Wp = Wd + 2;
   for (int64_t n = 0; n < B; ++n) {
     const float* x = xp + n * (H + 2) * Wp;
     for (int64_t y = 0; y < h; ++y) {
@@ -56,11 +83,11 @@ void first_block_forward(const float* __restrict xp, const float* __restrict wt,
   }
 }
 
-// Weight and bias gradients of first_block_forward. g: [B, H/2, W/2, C]; gw: [9, C]; gb: [C] (zeroed here).
+// Weight and bias gradients of first_block_forward. g: [B, H/2, W/2, C]; gw: [9, C]; gb: [C].
 template <int C>
 void first_block_backward(const float* __restrict xp, const float* __restrict g, const uint8_t* __restrict idx,
-                          float* __restrict gw, float* __restrict gb, int64_t B, int64_t H, int64_t W) {
-  const int64_t h = H / 2, v = W / 2, Wp = W + 2;
+                          float* __restrict gw, float* __restrict gb, int64_t B, int64_t H, int64_t Wd) {
+  const int64_t h = H / 2, v = Wd / 2, Wp = Wd + 2;
   double total_w[9][C] = {};  // per-image float sums, added up in double: the order is fixed and the error small
   double total_b[C] = {};
   for (int64_t n = 0; n < B; ++n) {
@@ -95,22 +122,15 @@ void first_block_backward(const float* __restrict xp, const float* __restrict g,
   for (int c = 0; c < C; ++c) gb[c] = static_cast<float>(total_b[c]);
 }
 
-// ---- Conv CI -> CO 3x3 (padding 1) + MaxPool 2 + ReLU by Winograd F(2x2, 3x3) ----
-// Each 2x2 output tile is one pooling window, so the tile's outputs are pooled (first maximum in
-// row-major order, then ReLU) straight from the Winograd domain: the conv output is never written.
-// Per tile the 4x4 input patch d becomes V = Bt d B; per position xi of the 4x4 Winograd domain
-// the channels mix by one matrix product, M[xi] = V[xi] U[xi] (U = G w Gt, made by the caller);
-// the 2x2 outputs are At M A. 16 products of CI x CO replace 36 multiplies per output tap: 2.25x
+// ---- Conv CI -> CO 3x3 (padding 1) [+ MaxPool 2 + ReLU] by Winograd F(2x2, 3x3) ----
+// Each 2x2 output tile is one pooling window, so with POOL the tile's outputs are pooled (first
+// maximum in row-major order, then ReLU) straight from the Winograd domain: the conv output is
+// never written. Per tile the 4x4 input patch d becomes V = Bt d B; per position xi of the 4x4
+// Winograd domain the channels mix by one matrix product, M[xi] = V[xi] U[xi] (U = G w Gt); the
+// 2x2 outputs are At M A. 16 products of CI x CO replace 36 multiplies per output tap: 2.25x
 // fewer FLOPs than the direct conv. The backward is the exact gradient of this computation.
-// Buffers are per image, so they stay in L2. Vectors are GCC/Clang vector types: AVX-512 where
-// the CPU has it, split by the compiler otherwise.
+// Buffers are per image, so they stay in L2.
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4), __may_alias__));  // like immintrin's __m512_u
-inline v16 ld(const float* p) { return *reinterpret_cast<const v16u*>(p); }
-inline void st(float* p, v16 v) { *reinterpret_cast<v16u*>(p) = v; }
-
-constexpr int R = 7;  // tiles per register block of the matrix products (14 accumulators)
 constexpr float G[4][3] = {{1.f, 0.f, 0.f}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0.f, 0.f, 1.f}};
 
 // U = G w Gt for w [CO, CI, 3, 3]: U [16, CI, CO] (used by the forward), Ut [16, CO, CI] (the backward).
@@ -151,22 +171,24 @@ void weight_gradient(const float* gU, float* gw, int64_t CI, int64_t CO) {
 // written in full (NHWC) for what follows it (the CIFAR CNN's batch norms).
 template <int CI, int CO, bool POOL>
 struct Winograd {
-  static constexpr int VI = CI / 16, VO = CO / 16;
+  static constexpr int VI = CI / W, VO = CO / W;
+  static constexpr int GCB = GC < VO ? GC : VO;  // weight-gradient vector columns per block
+  static_assert(VI % RC == 0 && VO % RC == 0 && VO % GCB == 0 && CI % GR == 0, "blocking must divide the channels");
 
-  // V[xi][t][CI] of one image x [H, W, CI] (zero padding 1); rows t >= T (up to Tp) are zero.
-  static void input_transform(const float* __restrict x, int64_t H, int64_t W, float* __restrict V, int64_t Tp) {
-    const int64_t tw = W / 2, T = (H / 2) * tw;
-    const v16 zero = {};
+  // V[xi][t][CI] of one image x [H, Wd, CI] (zero padding 1); rows t >= T (up to Tp) are zero.
+  static void input_transform(const float* __restrict x, int64_t H, int64_t Wd, float* __restrict V, int64_t Tp) {
+    const int64_t tw = Wd / 2, T = (H / 2) * tw;
+    const vec zero = {};
     for (int64_t t = 0; t < Tp; ++t) {
       const int64_t ty = t / tw, tx = t % tw;
       for (int q = 0; q < VI; ++q) {
-        v16 d[4][4];
+        vec d[4][4];
         for (int i = 0; i < 4; ++i)
           for (int j = 0; j < 4; ++j) {
             const int64_t y = 2 * ty - 1 + i, c = 2 * tx - 1 + j;
-            d[i][j] = (t < T && y >= 0 && y < H && c >= 0 && c < W) ? ld(x + (y * W + c) * CI + 16 * q) : zero;
+            d[i][j] = (t < T && y >= 0 && y < H && c >= 0 && c < Wd) ? ld(x + (y * Wd + c) * CI + W * q) : zero;
           }
-        v16 r[4][4];
+        vec r[4][4];
         for (int j = 0; j < 4; ++j) {
           r[0][j] = d[0][j] - d[2][j];
           r[1][j] = d[1][j] + d[2][j];
@@ -174,8 +196,8 @@ struct Winograd {
           r[3][j] = d[1][j] - d[3][j];
         }
         for (int i = 0; i < 4; ++i) {
-          const v16 v[4] = {r[i][0] - r[i][2], r[i][1] + r[i][2], r[i][2] - r[i][1], r[i][1] - r[i][3]};
-          for (int j = 0; j < 4; ++j) st(V + ((4 * i + j) * Tp + t) * CI + 16 * q, v[j]);
+          const vec v[4] = {r[i][0] - r[i][2], r[i][1] + r[i][2], r[i][2] - r[i][1], r[i][1] - r[i][3]};
+          for (int j = 0; j < 4; ++j) st(V + ((4 * i + j) * Tp + t) * CI + W * q, v[j]);
         }
       }
     }
@@ -184,64 +206,62 @@ struct Winograd {
   // out[r][NO] = a[r][NK] @ b[NK][NO] for R rows; a row stride NK, b row stride NO, out row stride NO.
   template <int NK, int NO>
   static void rows_times(const float* __restrict a, const float* __restrict b, float* __restrict out) {
-    for (int cb = 0; cb < NO / 16; cb += 2) {
-      v16 acc[R][2] = {};
+    for (int cb = 0; cb < NO / W; cb += RC) {
+      vec acc[R][RC] = {};
       for (int k = 0; k < NK; ++k) {
-        const v16 b0 = ld(b + k * NO + 16 * cb), b1 = ld(b + k * NO + 16 * cb + 16);
-#pragma GCC unroll 7
+        vec bk[RC];
+        for (int j = 0; j < RC; ++j) bk[j] = ld(b + k * NO + W * (cb + j));
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const float s = a[r * NK + k];
-          acc[r][0] += s * b0;
-          acc[r][1] += s * b1;
+          for (int j = 0; j < RC; ++j) acc[r][j] += s * bk[j];
         }
       }
-      for (int r = 0; r < R; ++r) {
-        st(out + r * NO + 16 * cb, acc[r][0]);
-        st(out + r * NO + 16 * cb + 16, acc[r][1]);
-      }
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < RC; ++j) st(out + r * NO + W * (cb + j), acc[r][j]);
     }
   }
 
-  // x: [B, H, W, CI]; U: [16, CI, CO]; bias: [CO].
-  // POOL: out [B, CO, H/2, W/2], idx [B, H/2, W/2, CO]; otherwise out [B, H, W, CO], idx unused.
+  // x: [B, H, Wd, CI]; U: [16, CI, CO]; bias: [CO].
+  // POOL: out [B, CO, H/2, Wd/2], idx [B, H/2, Wd/2, CO]; otherwise out [B, H, Wd, CO], idx unused.
   static void forward(const float* x, const float* U, const float* bias, float* out, uint8_t* idx,
-                      int64_t B, int64_t H, int64_t W) {
-    const int64_t T = (H / 2) * (W / 2), Tp = (T + R - 1) / R * R, tw = W / 2;
+                      int64_t B, int64_t H, int64_t Wd) {
+    const int64_t T = (H / 2) * (Wd / 2), Tp = (T + R - 1) / R * R, tw = Wd / 2;
     // pooled: one image's pooled outputs before the NCHW transpose (the unpooled mode writes out directly)
     std::vector<float> V(16 * Tp * CI), M(16 * R * CO), pooled(POOL ? Tp * CO : 0);
     float arg[CO];
     for (int64_t n = 0; n < B; ++n) {
-      input_transform(x + n * H * W * CI, H, W, V.data(), Tp);
+      input_transform(x + n * H * Wd * CI, H, Wd, V.data(), Tp);
       for (int64_t t0 = 0; t0 < Tp; t0 += R) {
         for (int xi = 0; xi < 16; ++xi)
           rows_times<CI, CO>(V.data() + (xi * Tp + t0) * CI, U + xi * CI * CO, M.data() + xi * R * CO);
         for (int r = 0; r < R && t0 + r < T; ++r) {
           const int64_t t = t0 + r;
           for (int q = 0; q < VO; ++q) {
-            v16 m[16];
-            for (int xi = 0; xi < 16; ++xi) m[xi] = ld(M.data() + (xi * R + r) * CO + 16 * q);
-            v16 a[2][4];  // At M
+            const float* m = M.data() + r * CO + W * q;  // m(xi) = M[xi][r][q]
+            auto mx = [m](int xi) { return ld(m + xi * R * CO); };
+            vec a[2][4];  // At M
             for (int j = 0; j < 4; ++j) {
-              a[0][j] = m[j] + m[4 + j] + m[8 + j];
-              a[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
+              a[0][j] = mx(j) + mx(4 + j) + mx(8 + j);
+              a[1][j] = mx(4 + j) - mx(8 + j) - mx(12 + j);
             }
-            const v16 b = ld(bias + 16 * q);
-            const v16 y[4] = {a[0][0] + a[0][1] + a[0][2] + b, a[0][1] - a[0][2] - a[0][3] + b,
+            const vec b = ld(bias + W * q);
+            const vec y[4] = {a[0][0] + a[0][1] + a[0][2] + b, a[0][1] - a[0][2] - a[0][3] + b,
                               a[1][0] + a[1][1] + a[1][2] + b, a[1][1] - a[1][2] - a[1][3] + b};
             if constexpr (!POOL) {
               for (int k = 0; k < 4; ++k)
-                st(out + ((n * H + 2 * (t / tw) + (k >> 1)) * W + 2 * (t % tw) + (k & 1)) * CO + 16 * q, y[k]);
+                st(out + ((n * H + 2 * (t / tw) + (k >> 1)) * Wd + 2 * (t % tw) + (k & 1)) * CO + W * q, y[k]);
               continue;
             }
-            v16 best = y[0], code = {};
+            vec best = y[0], code = {};
             for (int k = 1; k < 4; ++k) {
               const auto wins = (y[k] > best) | (y[k] != y[k]);  // strict: ties stay earlier; NaN wins
               best = wins ? y[k] : best;
-              code = wins ? v16{} + static_cast<float>(k) : code;
+              code = wins ? splat(static_cast<float>(k)) : code;
             }
             const auto dead = best <= 0.f;  // NaN stays alive, as in relu
-            st(pooled.data() + t * CO + 16 * q, dead ? v16{} : best);
-            st(arg + 16 * q, dead ? v16{} + 4.f : code);
+            st(pooled.data() + t * CO + W * q, dead ? vec{} : best);
+            st(arg + W * q, dead ? splat(4.f) : code);
           }
           if constexpr (POOL) {
             uint8_t* id = idx + (n * T + t) * CO;
@@ -256,14 +276,14 @@ struct Winograd {
     }
   }
 
-  // g: POOL [B, CO, H/2, W/2], otherwise [B, H, W, CO]; Ut: [16, CO, CI]. gin: [B, H, W, CI]; gU: [16, CI, CO]; gb: [CO].
+  // g: POOL [B, CO, H/2, Wd/2], otherwise [B, H, Wd, CO]; Ut: [16, CO, CI]. gin: [B, H, Wd, CI]; gU: [16, CI, CO]; gb: [CO].
   static void backward(const float* x, const float* Ut, const float* g, const uint8_t* idx, float* gin,
-                       float* gU, float* gb, int64_t B, int64_t H, int64_t W) {
-    const int64_t T = (H / 2) * (W / 2), Tp = (T + R - 1) / R * R, tw = W / 2, Wp = W + 2;
+                       float* gU, float* gb, int64_t B, int64_t H, int64_t Wd) {
+    const int64_t T = (H / 2) * (Wd / 2), Tp = (T + R - 1) / R * R, tw = Wd / 2, Wp = Wd + 2;
     std::vector<float> V(16 * Tp * CI), dM(16 * Tp * CO, 0.f), dV(16 * R * CI), gpad((H + 2) * Wp * CI),
         gt(POOL ? Tp * CO : 0, 0.f);  // the pooled gradient, transposed to tiles x channels
     std::fill(gU, gU + 16 * CI * CO, 0.f);
-    v16 bsum[VO] = {};
+    vec bsum[VO] = {};
     for (int64_t n = 0; n < B; ++n) {
       if constexpr (POOL) {
         const float* gn = g + n * CO * T;
@@ -273,48 +293,49 @@ struct Winograd {
       // dM = A dY At; pooled: dY is the gradient routed to the window's winner (none where ReLU cut)
       for (int64_t t = 0; t < T; ++t) {
         for (int q = 0; q < VO; ++q) {
-          v16 y[4];
+          vec y[4];
           if constexpr (POOL) {
             const uint8_t* id = idx + (n * T + t) * CO;
-            float cf[16];
-            for (int c = 0; c < 16; ++c) cf[c] = static_cast<float>(id[16 * q + c]);
-            const v16 code = ld(cf), gv = ld(gt.data() + t * CO + 16 * q), zero = {};
+            float cf[W];
+            for (int c = 0; c < W; ++c) cf[c] = static_cast<float>(id[W * q + c]);
+            const vec code = ld(cf), gv = ld(gt.data() + t * CO + W * q), zero = {};
             bsum[q] += code < 4.f ? gv : zero;
             for (int k = 0; k < 4; ++k) y[k] = code == static_cast<float>(k) ? gv : zero;
           } else {
             for (int k = 0; k < 4; ++k) {
-              y[k] = ld(g + ((n * H + 2 * (t / tw) + (k >> 1)) * W + 2 * (t % tw) + (k & 1)) * CO + 16 * q);
+              y[k] = ld(g + ((n * H + 2 * (t / tw) + (k >> 1)) * Wd + 2 * (t % tw) + (k & 1)) * CO + W * q);
               bsum[q] += y[k];
             }
           }
-          const v16 a[4][2] = {{y[0], y[1]}, {y[0] + y[2], y[1] + y[3]}, {y[0] - y[2], y[1] - y[3]}, {-y[2], -y[3]}};
+          const vec a[4][2] = {{y[0], y[1]}, {y[0] + y[2], y[1] + y[3]}, {y[0] - y[2], y[1] - y[3]}, {-y[2], -y[3]}};
           for (int i = 0; i < 4; ++i) {
-            const v16 v[4] = {a[i][0], a[i][0] + a[i][1], a[i][0] - a[i][1], -a[i][1]};
-            for (int j = 0; j < 4; ++j) st(dM.data() + ((4 * i + j) * Tp + t) * CO + 16 * q, v[j]);
+            const vec v[4] = {a[i][0], a[i][0] + a[i][1], a[i][0] - a[i][1], -a[i][1]};
+            for (int j = 0; j < 4; ++j) st(dM.data() + ((4 * i + j) * Tp + t) * CO + W * q, v[j]);
           }
         }
       }
-      // weight gradient: gU[xi] += V[xi]t dM[xi]
-      input_transform(x + n * H * W * CI, H, W, V.data(), Tp);
+      // weight gradient: gU[xi] += V[xi]t dM[xi], in blocks of GR input channels x GCB vectors
+      input_transform(x + n * H * Wd * CI, H, Wd, V.data(), Tp);
       for (int xi = 0; xi < 16; ++xi) {
         const float* Vx = V.data() + xi * Tp * CI;
         const float* Mx = dM.data() + xi * Tp * CO;
-        for (int ci = 0; ci < CI; ci += 4) {
-          float* gu = gU + (xi * CI + ci) * CO;
-          v16 acc[4][VO];
-          for (int r = 0; r < 4; ++r)
-            for (int q = 0; q < VO; ++q) acc[r][q] = ld(gu + r * CO + 16 * q);
-          for (int64_t t = 0; t < T; ++t) {
-            v16 bm[VO];
-            for (int q = 0; q < VO; ++q) bm[q] = ld(Mx + t * CO + 16 * q);
-            for (int r = 0; r < 4; ++r) {
-              const float s = Vx[t * CI + ci + r];
-              for (int q = 0; q < VO; ++q) acc[r][q] += s * bm[q];
+        for (int ci = 0; ci < CI; ci += GR)
+          for (int q0 = 0; q0 < VO; q0 += GCB) {
+            float* gu = gU + (xi * CI + ci) * CO + W * q0;
+            vec acc[GR][GCB];
+            for (int r = 0; r < GR; ++r)
+              for (int q = 0; q < GCB; ++q) acc[r][q] = ld(gu + r * CO + W * q);
+            for (int64_t t = 0; t < T; ++t) {
+              vec bm[GCB];
+              for (int q = 0; q < GCB; ++q) bm[q] = ld(Mx + t * CO + W * (q0 + q));
+              for (int r = 0; r < GR; ++r) {
+                const float s = Vx[t * CI + ci + r];
+                for (int q = 0; q < GCB; ++q) acc[r][q] += s * bm[q];
+              }
             }
+            for (int r = 0; r < GR; ++r)
+              for (int q = 0; q < GCB; ++q) st(gu + r * CO + W * q, acc[r][q]);
           }
-          for (int r = 0; r < 4; ++r)
-            for (int q = 0; q < VO; ++q) st(gu + r * CO + 16 * q, acc[r][q]);
-        }
       }
       // input gradient: dV[xi] = dM[xi] Ut[xi], then d = B dV Bt added into the padded image
       std::fill(gpad.begin(), gpad.end(), 0.f);
@@ -324,10 +345,10 @@ struct Winograd {
         for (int r = 0; r < R && t0 + r < T; ++r) {
           const int64_t t = t0 + r, ty = t / tw, tx = t % tw;
           for (int q = 0; q < VI; ++q) {
-            v16 e[4][4];
+            vec e[4][4];
             for (int i = 0; i < 4; ++i)
-              for (int j = 0; j < 4; ++j) e[i][j] = ld(dV.data() + ((4 * i + j) * R + r) * CI + 16 * q);
-            v16 c[4][4];  // columns: e B^T ... as the transpose of the forward's column step
+              for (int j = 0; j < 4; ++j) e[i][j] = ld(dV.data() + ((4 * i + j) * R + r) * CI + W * q);
+            vec c[4][4];  // columns: e B^T ... as the transpose of the forward's column step
             for (int i = 0; i < 4; ++i) {
               c[i][0] = e[i][0];
               c[i][1] = e[i][1] - e[i][2] + e[i][3];
@@ -335,69 +356,85 @@ struct Winograd {
               c[i][3] = -e[i][3];
             }
             for (int j = 0; j < 4; ++j) {
-              const v16 d[4] = {c[0][j], c[1][j] - c[2][j] + c[3][j], c[1][j] + c[2][j] - c[0][j], -c[3][j]};
+              const vec d[4] = {c[0][j], c[1][j] - c[2][j] + c[3][j], c[1][j] + c[2][j] - c[0][j], -c[3][j]};
               for (int i = 0; i < 4; ++i) {
-                float* p = gpad.data() + ((2 * ty + i) * Wp + 2 * tx + j) * CI + 16 * q;
+                float* p = gpad.data() + ((2 * ty + i) * Wp + 2 * tx + j) * CI + W * q;
                 st(p, ld(p) + d[i]);
               }
             }
           }
         }
       }
-      float* gn_in = gin + n * H * W * CI;
+      float* gn_in = gin + n * H * Wd * CI;
       for (int64_t y = 0; y < H; ++y)
-        std::copy(gpad.data() + ((y + 1) * Wp + 1) * CI, gpad.data() + ((y + 1) * Wp + 1 + W) * CI, gn_in + y * W * CI);
+        std::copy(gpad.data() + ((y + 1) * Wp + 1) * CI, gpad.data() + ((y + 1) * Wp + 1 + Wd) * CI, gn_in + y * Wd * CI);
     }
-    for (int q = 0; q < VO; ++q) st(gb + 16 * q, bsum[q]);
+    for (int q = 0; q < VO; ++q) st(gb + W * q, bsum[q]);
   }
 };
 
+template <bool FWD, bool POOL>
+bool winograd_dispatch(int64_t CI, int64_t CO, const float* x, const float* U, const float* bias_or_g,
+                       const uint8_t* idx_in, float* out, uint8_t* idx_out, float* gin, float* gU, float* gb,
+                       int64_t B, int64_t H, int64_t Wd) {
+#define FEDCOND_WINO(ci, co)                                                                               \
+  if (CI == ci && CO == co) {                                                                              \
+    if constexpr (FWD) Winograd<ci, co, POOL>::forward(x, U, bias_or_g, out, idx_out, B, H, Wd);           \
+    else Winograd<ci, co, POOL>::backward(x, U, bias_or_g, idx_in, gin, gU, gb, B, H, Wd);                 \
+    return true;                                                                                           \
+  }
+  if constexpr (POOL) {
+    FEDCOND_WINO(32, 64)
+  } else {
+    FEDCOND_WINO(32, 32)
+    FEDCOND_WINO(32, 64)
+    FEDCOND_WINO(64, 64)
+  }
+#undef FEDCOND_WINO
+  return false;
+}
+
 }  // namespace
 
-std::vector<torch::Tensor> first_block_fwd(torch::Tensor xp, torch::Tensor w, torch::Tensor b) {
-  TORCH_CHECK(xp.dim() == 3 && xp.is_contiguous() && xp.scalar_type() == torch::kFloat, "xp: contiguous float [B, H+2, W+2]");
-  const int64_t B = xp.size(0), H = xp.size(1) - 2, W = xp.size(2) - 2, C = w.size(0);
-  TORCH_CHECK(C == 32 && w.numel() == 9 * C && H % 2 == 0 && W % 2 == 0, "first block: 1 -> 32 channels, 3x3, even sides");
-  auto wt = w.reshape({C, 9}).t().contiguous();
-  auto bc = b.contiguous();
-  auto out = torch::empty({B, H / 2, W / 2, C}, xp.options());
-  auto idx = torch::empty({B, H / 2, W / 2, C}, xp.options().dtype(torch::kUInt8));
-  first_block_forward<32>(xp.data_ptr<float>(), wt.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(),
-                          idx.data_ptr<uint8_t>(), B, H, W);
-  return {out, idx};
+// ---- The C interface. Arguments are checked by build.py (shapes, contiguity, dtypes) ----
+extern "C" {
+
+const char* fedcond_isa() { return FEDCOND_ISA; }
+int fedcond_vector_width() { return W; }
+
+// xp [B, H+2, W+2] zero-padded; w [32, 1, 3, 3]; b [32] -> out, idx [B, H/2, W/2, 32].
+void fedcond_first_block_fwd(const float* xp, const float* w, const float* b, float* out, uint8_t* idx,
+                             int64_t B, int64_t H, int64_t Wd) {
+  float wt[9 * 32];
+  for (int c = 0; c < 32; ++c)
+    for (int t = 0; t < 9; ++t) wt[t * 32 + c] = w[c * 9 + t];
+  first_block_forward<32>(xp, wt, b, out, idx, B, H, Wd);
 }
 
-std::vector<torch::Tensor> first_block_bwd(torch::Tensor xp, torch::Tensor g, torch::Tensor idx) {
-  TORCH_CHECK(g.is_contiguous() && idx.is_contiguous() && g.size(3) == 32, "g, idx: contiguous [B, h, v, 32]");
-  const int64_t B = xp.size(0), H = xp.size(1) - 2, W = xp.size(2) - 2, C = 32;
-  auto gw = torch::empty({9, C}, g.options());
-  auto gb = torch::empty({C}, g.options());
-  first_block_backward<32>(xp.data_ptr<float>(), g.data_ptr<float>(), idx.data_ptr<uint8_t>(), gw.data_ptr<float>(),
-                           gb.data_ptr<float>(), B, H, W);
-  return {gw.t().reshape({C, 1, 3, 3}).contiguous(), gb};
+// g [B, H/2, W/2, 32] -> gw [32, 1, 3, 3], gb [32].
+void fedcond_first_block_bwd(const float* xp, const float* g, const uint8_t* idx, float* gw, float* gb,
+                             int64_t B, int64_t H, int64_t Wd) {
+  float gwt[9 * 32];
+  first_block_backward<32>(xp, g, idx, gwt, gb, B, H, Wd);
+  for (int c = 0; c < 32; ++c)
+    for (int t = 0; t < 9; ++t) gw[c * 9 + t] = gwt[t * 32 + c];
 }
 
-// relu(max_pool2d(x, 2)) for x NHWC [B, H, W, C] contiguous; out NCHW [B, C, H/2, W/2] contiguous
-// (what flatten(1) reads without a copy); idx NHWC [B, H/2, W/2, C] uint8.
-std::vector<torch::Tensor> pool_relu_fwd(torch::Tensor x) {
-  TORCH_CHECK(x.dim() == 4 && x.is_contiguous() && x.scalar_type() == torch::kFloat, "x: contiguous float NHWC");
-  const int64_t B = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3), h = H / 2, v = W / 2;
-  TORCH_CHECK(H % 2 == 0 && W % 2 == 0, "even sides");
-  auto out = torch::empty({B, C, h, v}, x.options());
-  auto idx = torch::empty({B, h, v, C}, x.options().dtype(torch::kUInt8));
-  const float* __restrict xs = x.data_ptr<float>();
-  float* __restrict os = out.data_ptr<float>();
-  uint8_t* __restrict is = idx.data_ptr<uint8_t>();
+// relu(max_pool2d(x, 2)) for x NHWC [B, H, W, C]; out NCHW [B, C, H/2, W/2] (what flatten(1) reads
+// without a copy); idx NHWC [B, H/2, W/2, C] uint8.
+void fedcond_pool_relu_fwd(const float* __restrict xs, float* __restrict os, uint8_t* __restrict is, int64_t B,
+                           int64_t H, int64_t Wd, int64_t C) {
+  const int64_t h = H / 2, v = Wd / 2;
   std::vector<float> best_buf(h * v * C), arg_buf(C);  // one image's pooled outputs, channels last
   for (int64_t n = 0; n < B; ++n) {
     for (int64_t y = 0; y < h; ++y)
       for (int64_t u = 0; u < v; ++u) {
         float* __restrict bst = best_buf.data() + (y * v + u) * C;
         float* __restrict arg = arg_buf.data();
-        const float* p0 = xs + ((n * H + 2 * y) * W + 2 * u) * C;
+        const float* p0 = xs + ((n * H + 2 * y) * Wd + 2 * u) * C;
         for (int64_t c = 0; c < C; ++c) { bst[c] = p0[c]; arg[c] = 0.f; }
         for (int k = 1; k < 4; ++k) {
-          const float* pk = xs + ((n * H + 2 * y + (k >> 1)) * W + 2 * u + (k & 1)) * C;
+          const float* pk = xs + ((n * H + 2 * y + (k >> 1)) * Wd + 2 * u + (k & 1)) * C;
           const float kf = static_cast<float>(k);
           for (int64_t c = 0; c < C; ++c) {
             const bool wins = pk[c] > bst[c] || pk[c] != pk[c];
@@ -417,17 +454,11 @@ std::vector<torch::Tensor> pool_relu_fwd(torch::Tensor x) {
     for (int64_t c = 0; c < C; ++c)
       for (int64_t p = 0; p < h * v; ++p) o[c * h * v + p] = best_buf[p * C + c];
   }
-  return {out, idx};
 }
 
-// Gradient of pool_relu_fwd: g NCHW [B, C, h, v] contiguous -> NHWC [B, 2h, 2v, C] (every entry written).
-torch::Tensor pool_relu_bwd(torch::Tensor g, torch::Tensor idx) {
-  TORCH_CHECK(g.is_contiguous() && idx.is_contiguous(), "g NCHW and idx NHWC, contiguous");
-  const int64_t B = idx.size(0), h = idx.size(1), v = idx.size(2), C = idx.size(3);
-  auto gin = torch::empty({B, 2 * h, 2 * v, C}, g.options());
-  const float* __restrict gs = g.data_ptr<float>();
-  const uint8_t* __restrict is = idx.data_ptr<uint8_t>();
-  float* __restrict out = gin.data_ptr<float>();
+// Gradient of fedcond_pool_relu_fwd: g NCHW [B, C, h, v] -> gin NHWC [B, 2h, 2v, C] (every entry written).
+void fedcond_pool_relu_bwd(const float* __restrict gs, const uint8_t* __restrict is, float* __restrict out, int64_t B,
+                           int64_t h, int64_t v, int64_t C) {
   std::vector<float> g_buf(h * v * C), code(C);
   for (int64_t n = 0; n < B; ++n) {
     const float* gp = gs + n * C * h * v;  // transpose the image's gradient to [h * v, C]
@@ -446,112 +477,46 @@ torch::Tensor pool_relu_bwd(torch::Tensor g, torch::Tensor idx) {
         }
       }
   }
-  return gin;
 }
 
 // relu(max_pool2d(conv2d(x, w, b, padding=1), 2)) for x NHWC [B, H, W, 32], w [64, 32, 3, 3]:
 // out NCHW [B, 64, H/2, W/2] (flatten order), idx NHWC [B, H/2, W/2, 64] uint8.
-std::vector<torch::Tensor> conv_pool_fwd(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
-  TORCH_CHECK(x.dim() == 4 && x.is_contiguous() && x.scalar_type() == torch::kFloat && x.size(3) == 32,
-              "x: contiguous float NHWC with 32 channels");
-  TORCH_CHECK(w.sizes() == torch::IntArrayRef({64, 32, 3, 3}) && b.sizes() == torch::IntArrayRef({64}) && w.is_cpu() &&
-              b.is_cpu() && x.is_cpu(), "CPU tensors; w: [64, 32, 3, 3]; b: [64]");
-  const int64_t B = x.size(0), H = x.size(1), W = x.size(2);
-  TORCH_CHECK(H % 2 == 0 && W % 2 == 0, "even sides");
-  auto out = torch::empty({B, 64, H / 2, W / 2}, x.options());
-  auto idx = torch::empty({B, H / 2, W / 2, 64}, x.options().dtype(torch::kUInt8));
-  auto wc = w.contiguous(), bc = b.contiguous();
+void fedcond_conv_pool_fwd(const float* x, const float* w, const float* b, float* out, uint8_t* idx, int64_t B,
+                           int64_t H, int64_t Wd) {
   std::vector<float> U(16 * 32 * 64);
-  weight_transform(wc.data_ptr<float>(), U.data(), nullptr, 32, 64);
-  Winograd<32, 64, true>::forward(x.data_ptr<float>(), U.data(), bc.data_ptr<float>(), out.data_ptr<float>(),
-                            idx.data_ptr<uint8_t>(), B, H, W);
-  return {out, idx};
+  weight_transform(w, U.data(), nullptr, 32, 64);
+  winograd_dispatch<true, true>(32, 64, x, U.data(), b, nullptr, out, idx, nullptr, nullptr, nullptr, B, H, Wd);
 }
 
-// Gradients of conv_pool_fwd for g NCHW [B, 64, H/2, W/2]: input NHWC [B, H, W, 32], weight, bias.
-std::vector<torch::Tensor> conv_pool_bwd(torch::Tensor x, torch::Tensor w, torch::Tensor g, torch::Tensor idx) {
-  TORCH_CHECK(x.dim() == 4 && x.size(3) == 32 && x.is_contiguous() && x.is_cpu() && x.scalar_type() == torch::kFloat,
-              "x: contiguous float NHWC with 32 channels");
-  const int64_t B = x.size(0), H = x.size(1), W = x.size(2);
-  TORCH_CHECK(w.sizes() == torch::IntArrayRef({64, 32, 3, 3}) && w.is_cpu(), "w: [64, 32, 3, 3]");
-  TORCH_CHECK(g.sizes() == torch::IntArrayRef({B, 64, H / 2, W / 2}) && g.is_contiguous() && g.is_cpu(), "g: [B, 64, H/2, W/2]");
-  TORCH_CHECK(idx.sizes() == torch::IntArrayRef({B, H / 2, W / 2, 64}) && idx.is_contiguous() && idx.is_cpu() &&
-              idx.scalar_type() == torch::kUInt8, "idx: uint8 [B, H/2, W/2, 64]");
-  auto gin = torch::empty_like(x);
-  auto gw = torch::empty({64, 32, 3, 3}, x.options());
-  auto gb = torch::empty({64}, x.options());
-  auto wc = w.contiguous();
+// Gradients of fedcond_conv_pool_fwd for g NCHW [B, 64, H/2, W/2]: gin NHWC [B, H, W, 32], gw, gb.
+void fedcond_conv_pool_bwd(const float* x, const float* w, const float* g, const uint8_t* idx, float* gin, float* gw,
+                           float* gb, int64_t B, int64_t H, int64_t Wd) {
   std::vector<float> Ut(16 * 64 * 32), gU(16 * 32 * 64);
-  weight_transform(wc.data_ptr<float>(), nullptr, Ut.data(), 32, 64);
-  Winograd<32, 64, true>::backward(x.data_ptr<float>(), Ut.data(), g.data_ptr<float>(), idx.data_ptr<uint8_t>(),
-                             gin.data_ptr<float>(), gU.data(), gb.data_ptr<float>(), B, H, W);
-  weight_gradient(gU.data(), gw.data_ptr<float>(), 32, 64);
-  return {gin, gw, gb};
+  weight_transform(w, nullptr, Ut.data(), 32, 64);
+  winograd_dispatch<false, true>(32, 64, x, Ut.data(), g, idx, nullptr, nullptr, gin, gU.data(), gb, B, H, Wd);
+  weight_gradient(gU.data(), gw, 32, 64);
 }
 
-// conv2d(x, w, b, padding=1) by Winograd F(2x2, 3x3) for x NHWC [B, H, W, CI] (even sides),
-// w [CO, CI, 3, 3], (CI, CO) in {(32, 32), (32, 64), (64, 64)}: out NHWC [B, H, W, CO].
-template <bool FWD>
-void dense_dispatch(int64_t CI, int64_t CO, const float* x, const float* W8, const float* bias_or_g, float* out,
-                    float* gin, float* gU, float* gb, int64_t B, int64_t H, int64_t W) {
-#define FEDCOND_WINO(ci, co)                                                                            \
-  if (CI == ci && CO == co) {                                                                           \
-    if constexpr (FWD) Winograd<ci, co, false>::forward(x, W8, bias_or_g, out, nullptr, B, H, W);       \
-    else Winograd<ci, co, false>::backward(x, W8, bias_or_g, nullptr, gin, gU, gb, B, H, W);            \
-    return;                                                                                             \
-  }
-  FEDCOND_WINO(32, 32)
-  FEDCOND_WINO(32, 64)
-  FEDCOND_WINO(64, 64)
-#undef FEDCOND_WINO
-  TORCH_CHECK(false, "Winograd conv: no kernel for ", CI, " -> ", CO, " channels");
-}
-
-void check_conv_args(const torch::Tensor& x, const torch::Tensor& w) {
-  TORCH_CHECK(x.dim() == 4 && x.is_contiguous() && x.is_cpu() && x.scalar_type() == torch::kFloat &&
-              x.size(1) % 2 == 0 && x.size(2) % 2 == 0, "x: contiguous float NHWC on the CPU, even sides");
-  TORCH_CHECK(w.dim() == 4 && w.size(1) == x.size(3) && w.size(2) == 3 && w.size(3) == 3 && w.is_cpu() &&
-              w.scalar_type() == torch::kFloat, "w: [CO, CI, 3, 3] float on the CPU");
-}
-
-torch::Tensor winograd_conv_fwd(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
-  check_conv_args(x, w);
-  const int64_t B = x.size(0), H = x.size(1), W = x.size(2), CI = x.size(3), CO = w.size(0);
-  TORCH_CHECK(b.sizes() == torch::IntArrayRef({CO}) && b.is_cpu() && b.scalar_type() == torch::kFloat, "b: [CO]");
-  auto out = torch::empty({B, H, W, CO}, x.options());
-  auto wc = w.contiguous(), bc = b.contiguous();
+// conv2d(x, w, b, padding=1) for x NHWC [B, H, W, CI] (even sides), w [CO, CI, 3, 3]: out NHWC
+// [B, H, W, CO]. Returns 0, or -1 where (CI, CO) is not one of (32, 32), (32, 64), (64, 64).
+int fedcond_winograd_fwd(const float* x, const float* w, const float* b, float* out, int64_t B, int64_t H,
+                         int64_t Wd, int64_t CI, int64_t CO) {
   std::vector<float> U(16 * CI * CO);
-  weight_transform(wc.data_ptr<float>(), U.data(), nullptr, CI, CO);
-  dense_dispatch<true>(CI, CO, x.data_ptr<float>(), U.data(), bc.data_ptr<float>(), out.data_ptr<float>(), nullptr,
-                       nullptr, nullptr, B, H, W);
-  return out;
+  weight_transform(w, U.data(), nullptr, CI, CO);
+  return winograd_dispatch<true, false>(CI, CO, x, U.data(), b, nullptr, out, nullptr, nullptr, nullptr, nullptr, B,
+                                        H, Wd) ? 0 : -1;
 }
 
-// Gradients of winograd_conv_fwd for g NHWC [B, H, W, CO]: input NHWC, weight, bias.
-std::vector<torch::Tensor> winograd_conv_bwd(torch::Tensor x, torch::Tensor w, torch::Tensor g) {
-  check_conv_args(x, w);
-  const int64_t B = x.size(0), H = x.size(1), W = x.size(2), CI = x.size(3), CO = w.size(0);
-  TORCH_CHECK(g.sizes() == torch::IntArrayRef({B, H, W, CO}) && g.is_contiguous() && g.is_cpu() &&
-              g.scalar_type() == torch::kFloat, "g: contiguous float [B, H, W, CO]");
-  auto gin = torch::empty_like(x);
-  auto gw = torch::empty({CO, CI, 3, 3}, x.options());
-  auto gb = torch::empty({CO}, x.options());
-  auto wc = w.contiguous();
+// Gradients of fedcond_winograd_fwd for g NHWC [B, H, W, CO]: gin NHWC, gw [CO, CI, 3, 3], gb [CO].
+int fedcond_winograd_bwd(const float* x, const float* w, const float* g, float* gin, float* gw, float* gb, int64_t B,
+                         int64_t H, int64_t Wd, int64_t CI, int64_t CO) {
   std::vector<float> Ut(16 * CO * CI), gU(16 * CI * CO);
-  weight_transform(wc.data_ptr<float>(), nullptr, Ut.data(), CI, CO);
-  dense_dispatch<false>(CI, CO, x.data_ptr<float>(), Ut.data(), g.data_ptr<float>(), nullptr, gin.data_ptr<float>(),
-                        gU.data(), gb.data_ptr<float>(), B, H, W);
-  weight_gradient(gU.data(), gw.data_ptr<float>(), CI, CO);
-  return {gin, gw, gb};
+  weight_transform(w, nullptr, Ut.data(), CI, CO);
+  if (!winograd_dispatch<false, false>(CI, CO, x, Ut.data(), g, nullptr, nullptr, nullptr, gin, gU.data(), gb, B, H,
+                                       Wd))
+    return -1;
+  weight_gradient(gU.data(), gw, CI, CO);
+  return 0;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("winograd_conv_fwd", &winograd_conv_fwd);
-  m.def("winograd_conv_bwd", &winograd_conv_bwd);
-  m.def("conv_pool_fwd", &conv_pool_fwd);
-  m.def("conv_pool_bwd", &conv_pool_bwd);
-  m.def("first_block_fwd", &first_block_fwd);
-  m.def("first_block_bwd", &first_block_bwd);
-  m.def("pool_relu_fwd", &pool_relu_fwd);
-  m.def("pool_relu_bwd", &pool_relu_bwd);
-}
+}  // extern "C"
