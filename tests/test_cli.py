@@ -51,6 +51,13 @@ def test_scenario_describe_json(capsys):
         (["scenario", "describe", "E1", "--clients-per-cluster", "5000"], "fewer than"),
         (["run", "--methods", "Nope"], "unknown method"),
         (["scenario", "describe", "E1", "--dataset", "nosuch"], "nosuch"),
+        (["run", "--methods", "FedProx(mu=abc)"], "mu must be a number"),
+        (["run", "--methods", "IFCA(refine_rounds=1.5)"], "refine_rounds must be a whole number"),
+        (["run", "--device", "nosuchdevice"], "unknown device"),
+        (["run", "--statistic", "nope"], "unknown statistic"),
+        (["scenario", "describe", "E1", "--groups", "0,1|1,2"], "a class appears in two groups"),
+        (["scenario", "describe", "E3b", "--groups", "blocks"], "E1 and E2a only"),
+        (["sweep", "E1/mnist/K=2/rich", "--dry-run", "--groups", "0,1,2|x"], "grouping name"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
@@ -120,3 +127,115 @@ def test_run_under_an_experiment_name_is_seen_by_sweeps(capsys, tmp_path):
     row = sqlite3.connect(db).execute("SELECT experiment, protocol_name, scenario FROM runs").fetchone()
     assert row[0] == "E1/mnist/K=2/rich" and row[1] == "custom"  # 1 epoch is not the paper protocol
     assert json.loads(row[2])["clients_per_cluster"] == 5
+
+
+def test_doctor_says_what_runs_here(capsys):
+    code, out, err = run_cli(capsys, "doctor", "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    from fedcond.models.cpu_kernels import build, selfcheck
+
+    assert info["vector_isa"] == build.vector_isa() and info["torch"]
+    kernels = info["kernels"]
+    assert set(kernels["each"]) == set(selfcheck.KERNELS)
+    if kernels["not_built"] is None:
+        assert kernels["built_for"] in ("avx512", "avx2", "avx", "portable")
+        for e in kernels["each"].values():  # every kernel on only where it was measured faster
+            assert "speedup" not in e or e["on"] == (e["kernel_ms"] < e["stock_ms"])
+    code, out, _ = run_cli(capsys, "doctor")
+    assert code == 0 and "vector ISA" in out and "CPU kernels" in out
+
+
+def test_device_without_its_runtime_is_one_line_exit_2(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    code, _, err = run_cli(capsys, "run", "--device", "cuda")
+    assert code == 2 and err.count("\n") == 1 and "no usable CUDA" in err
+
+
+def test_family_names_in_any_case(capsys):
+    code, out, err = run_cli(capsys, "scenario", "describe", "e1", "--dataset", "digits", "--k", "2",
+                             "--clients-per-cluster", "2", "--json")
+    assert code == 0, err
+    assert json.loads(out)["family"] == "E1"
+
+
+def test_groups_by_name_or_explicit_are_recorded(capsys):
+    from fedcond.run import ScenarioSpec
+
+    code, out, err = run_cli(capsys, "scenario", "describe", "E1", "--dataset", "digits", "--groups", "0,2,3,4,6|1,5,7,8,9",
+                             "--clients-per-cluster", "1", "--json")
+    assert code == 0, err
+    labels = [set(map(int, c["train_labels"])) for c in json.loads(out)["clients"]]
+    assert labels == [{0, 2, 3, 4, 6}, {1, 5, 7, 8, 9}]  # K follows the explicit groups
+    assert ScenarioSpec("E1", "fmnist", k=2).describe()["groups"] == "0,2,3,4,6|1,5,7,8,9"  # the default, semantic
+    assert ScenarioSpec("E1", "fmnist", k=2, groups="blocks").describe()["groups"] == "0,1,2,3,4|5,6,7,8,9"
+    assert ScenarioSpec("E2a", "fmnist", k=2).describe()["groups"] == "0,1,2,3,4,6|5,7,8,9"
+
+
+def test_sweep_takes_run_protocol_options_and_names_the_cells_by_them(capsys, tmp_path):
+    db = str(tmp_path / "r.sqlite")
+    code, out, err = run_cli(capsys, "sweep", "E1/cifar10/K=2/rich", "--dry-run", "--db", db, "--methods", "Conditional",
+                             "--encoder-source", "pacs32", "--groups", "blocks")
+    assert code == 0, err
+    assert "todo  E1/cifar10/K=2/rich  Conditional  seed 0  [paper[encoder_source=pacs32,groups=blocks]]" in out
+    from fedcond.experiments import protocol, scenario_options
+
+    name = "paper[encoder_source=pacs32,lr=0.02,groups=0,1|2,3]"
+    proto, _ = protocol(name)
+    assert proto.encoder_source == "pacs32" and proto.lr == 0.02 and scenario_options(name) == {"groups": "0,1|2,3"}
+    code, out, _ = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--dry-run", "--db", db, "--lr", "0.01")
+    assert "[paper]" in out  # an option equal to the preset's changes nothing
+
+
+def test_sweep_dry_run_marks_recorded_cells(capsys, tmp_path):
+    db = tmp_path / "r.sqlite"
+    code, _, err = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "Local", "--db", str(db),
+                           "--data-dir", str(tmp_path / "none"), "--no-progress")
+    from fedcond import results
+
+    con = results.connect(db)
+    results.save_run(con, family="E1", dataset="mnist", scenario={}, method="Local", seed=0, protocol={}, result=None,
+                     experiment="E1/mnist/K=2/rich", protocol_name="smoke", status="failed", error="test")
+    con.close()
+    code, out, _ = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "Local,FedAvg",
+                           "--db", str(db), "--dry-run")
+    assert code == 0
+    assert "done  E1/mnist/K=2/rich  Local  seed 0  [smoke]" in out and "todo  E1/mnist/K=2/rich  FedAvg  seed 0  [smoke]" in out
+    assert out.strip().endswith("2 cells: 1 already in " + str(db) + ", 1 to run")
+
+
+def test_one_registry_lists_the_earlier_study_too(capsys):
+    code, out, _ = run_cli(capsys, "experiments", "list", "MCDC/*")
+    assert code == 0 and "MCDC/linreg/3clusters" in out
+    code, out, _ = run_cli(capsys, "experiments", "list")
+    assert "MCDC/emnist/nc=8" in out and "E1/mnist/K=2/rich" in out
+
+
+def test_sigterm_stops_workers_cleanly_and_keeps_finished_rows(tmp_path):
+    """SIGTERM mid-run: exit 143, the rows of finished methods stay, no leaked semaphores, no orphans."""
+    import os
+    import signal
+    import time
+
+    db = tmp_path / "r.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "fedcond.cli", "run", "--methods", "Oracle,Ditto", "--workers", "2",
+                             "--db", str(db), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    rows = []
+    while time.time() < deadline and not rows:
+        time.sleep(0.5)
+        if db.exists():
+            try:
+                rows = sqlite3.connect(db).execute("SELECT method FROM runs").fetchall()
+            except sqlite3.OperationalError:
+                rows = []
+        assert proc.poll() is None, proc.communicate()
+    assert rows == [("Oracle",)], "Oracle should finish long before Ditto"
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "leaked" not in err and "Traceback" not in err and "interrupted" in err
+    assert sqlite3.connect(db).execute("SELECT method FROM runs").fetchall() == [("Oracle",)]

@@ -28,7 +28,7 @@ def test_clients_disjoint_and_union_is_what_the_family_uses(tagged, family, kw):
 
 def cluster_classes(family, kw):
     if family == "E1":
-        return G.E1_GROUPS["mnist"][kw["k"]]
+        return G.E1_SEMANTIC["mnist"][kw["k"]]
     if family == "E2a":
         return [m for _, m in G.E2A_SUPERCLASSES["mnist"]]
     return [tuple(range(10))]
@@ -70,7 +70,7 @@ def test_sparsity_keeps_total_and_divides_evenly(tagged):
 def test_e1_clusters_see_only_their_group(tagged):
     sc = make_scenario("E1", "mnist", tagged, k=5, clients_per_cluster=2)
     for c, k in zip(sc.federation.clients, sc.truth.cluster):
-        assert set(c.y_train.tolist()) == set(G.E1_GROUPS["mnist"][5][k])
+        assert set(c.y_train.tolist()) == set(G.E1_SEMANTIC["mnist"][5][k])
     assert sc.federation.num_classes == 10
 
 
@@ -165,3 +165,17 @@ def test_non_right_angle_rotation_keeps_shape_and_mass():
     assert r.shape == x.shape and r.dtype == torch.uint8
     assert abs(int(r.sum()) - int(x.sum())) / int(x.sum()) < 0.05
     assert not torch.equal(r, x)
+
+
+def test_no_two_e4b_clusters_are_the_same_in_any_registered_setting(tagged):
+    from fedcond.experiments import EXPERIMENTS
+    from fedcond.scenarios.families import e4b_clusters
+
+    settings = {(e.dataset, e.k) for e in EXPERIMENTS.values() if e.family == "E4b"}
+    assert ("cifar10", 4) in settings
+    for dataset, c in settings:
+        maps = [m for _, m in e4b_clusters(dataset, c)]
+        assert len(maps) == 2 * c and len(set(maps)) == len(maps), (dataset, c)
+        assert all(any(t >= 0 for t in m) for m in maps), (dataset, c)  # no empty cluster
+    sc = make_scenario("E4b", "cifar10", tagged, k=4, clients=8)  # the deal builds: one client per cluster
+    assert sc.truth.num_clusters == 8 and all(c.n_train > 0 for c in sc.federation.clients)

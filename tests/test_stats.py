@@ -90,3 +90,24 @@ def test_differ_between_clusters_of_different_label_sets(mnist):
     same = sc.truth.cluster[:, None] == sc.truth.cluster[None, :]
     np.fill_diagonal(dist, np.nan)
     assert np.nanmean(dist[~same]) > 2 * np.nanmean(dist[same])  # measured: 99.4 vs 35.7 at seed 0
+
+
+def test_random_control_statistic_depends_on_seed_and_client_id_only():
+    from fedcond import stats as S
+
+    a = S.random_vectors([0, 1, 2], 32, seed=0)
+    assert a.shape == (3, 32) and np.array_equal(a, S.random_vectors([0, 1, 2], 32, seed=0))
+    assert not np.array_equal(a, S.random_vectors([0, 1, 2], 32, seed=1)) and not np.allclose(a[0], a[1])
+    assert np.array_equal(S.random_vectors([2], 32, seed=0)[0], a[2])  # one client's vector ignores the others
+
+
+def test_protocol_statistic_random_reaches_the_model_z_scored(tagged):
+    from fedcond.protocol import PAPER
+    from fedcond.scenarios import make_scenario
+    from fedcond.simulate import client_statistics
+
+    sc = make_scenario("E1", "mnist", tagged, k=2, clients_per_cluster=3, seed=0)
+    raw, s = client_statistics(sc, PAPER.replace(statistic="random"), seed=4)
+    assert raw.shape == (6, 32) and torch.allclose(s.mean(0), torch.zeros(32), atol=1e-5)
+    with pytest.raises(FedcondError, match="unknown statistic"):
+        PAPER.replace(statistic="nope")

@@ -37,6 +37,24 @@ def _float_in(low: float, high: float, low_open: bool = False):
     return parse
 
 
+def _add_protocol_args(p: argparse.ArgumentParser) -> None:
+    """The protocol options, the same on run and sweep (a sweep records them in the cell's name)."""
+    p.add_argument("--epochs", type=_positive_int, help="passes over the data (default 20, the paper's)")
+    p.add_argument("--local-epochs", type=_positive_int, help="federated methods: local epochs per round (default 1)")
+    p.add_argument("--lr", type=_float_in(0, float("inf"), low_open=True), help="local SGD learning rate (default 0.01)")
+    p.add_argument("--momentum", type=_float_in(0, 1), help="local SGD momentum (default 0.9; reset every round)")
+    p.add_argument("--conditioning", choices=["concat", "film"], help="how Conditional takes s (default concat)")
+    p.add_argument("--stats-normalisation", choices=["zscore", "log", "none"], help="default zscore (the paper's)")
+    p.add_argument("--encoder-source", choices=["cifar100", "cifar10", "pacs32"],
+                   help="CIFAR statistics: the cross-trained encoder to use (default: the other CIFAR, as in the paper)")
+    p.add_argument("--statistic", help="what conditioned models receive: eigenvalues (default, the paper's) or random "
+                   "(the control: a random vector per client, no data)")
+
+
+GROUPS_HELP = ("E1 / E2a class grouping: semantic (default: classes of one kind together), blocks (consecutive "
+               "labels), or explicit groups such as '0,2,3,4,6|1,5,7,8,9'")
+
+
 def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> None:
     if family_positional:
         p.add_argument("family", help="E1, E2a, E2b, E3a, E3b, E4a, E4b or domain (JDFL: pacs, office_caltech)")
@@ -48,6 +66,7 @@ def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> N
     group = p.add_mutually_exclusive_group()
     group.add_argument("--clients-per-cluster", type=_positive_int, help="clients per cluster (default 5)")
     group.add_argument("--clients", type=_positive_int, help="clients in total (E4a, E4b)")
+    p.add_argument("--groups", help=GROUPS_HELP)
     p.add_argument("--seed", type=int, default=0, help="seed of the split and of training (default 0)")
     p.add_argument("--data-dir", help="dataset folder (default: $FEDCOND_DATA, else the user cache)")
 
@@ -69,14 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "rows under that name, so sweeps skip them and reports show them")
     run.add_argument("--methods", help="comma list of NAME or NAME(key=value,...), e.g. 'FedAvg,Gossip(independent_init=true)'; "
                      "all = the paper's eight; registry = every registered algorithm; default: the paper's eight and Conditional-FedAvg")
-    run.add_argument("--epochs", type=_positive_int, help="passes over the data (default 20, the paper's)")
-    run.add_argument("--local-epochs", type=_positive_int, help="federated methods: local epochs per round (default 1)")
-    run.add_argument("--lr", type=_float_in(0, float("inf"), low_open=True), help="local SGD learning rate (default 0.01)")
-    run.add_argument("--momentum", type=_float_in(0, 1), help="local SGD momentum (default 0.9; reset every round)")
-    run.add_argument("--conditioning", choices=["concat", "film"], help="how Conditional takes s (default concat)")
-    run.add_argument("--stats-normalisation", choices=["zscore", "log", "none"], help="default zscore (the paper's)")
-    run.add_argument("--encoder-source", choices=["cifar100", "cifar10", "pacs32"],
-                     help="CIFAR statistics: the cross-trained encoder to use (default: the other CIFAR, as in the paper)")
+    _add_protocol_args(run)
     run.add_argument("--workers", type=_positive_int, help="processes, one thread each (default: min(2, cores))")
     run.add_argument("--device", default="cpu", help="cpu (default), or e.g. cuda: clients trained as stacked models under vmap")
     run.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
@@ -100,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=_positive_int)
     sw.add_argument("--no-progress", action="store_true")
     sw.add_argument("--ray", metavar="ADDRESS", help="run cells as Ray tasks: local (start one here), auto, or ray://host:port")
+    sw.add_argument("--dry-run", action="store_true", help="list the cells and which are already in the database; run nothing")
+    _add_protocol_args(sw)
+    sw.add_argument("--groups", help=GROUPS_HELP)
 
     rep = sub.add_parser("report", help="Markdown tables and figures from the results database, beside the published numbers")
     rep.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
@@ -140,14 +155,31 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--data-dir")
         if name == "download":
             p.add_argument("--force", action="store_true", help="fetch again even if a verified copy is present")
+    doc = sub.add_parser("doctor", help="this machine: CPU, vector ISA, torch, threads, and which compiled kernels are on and why")
+    doc.add_argument("--json", action="store_true")
+    doc.add_argument("--recheck", action="store_true", help="time the kernels against stock again (e.g. after the first check ran on a busy machine)")
     from .commands.flower import add_parser as add_flower_parser
 
     add_flower_parser(sub, _positive_int)
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that every `finally` runs: worker pools stop and are
+    reaped, databases close; rows already written stay."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.command == "run":
             from .commands.run import run_command
@@ -165,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(args)
         if args.command == "study":
             return _study(args)
+        if args.command == "doctor":
+            from .commands.doctor import doctor_command
+
+            return doctor_command(args)
         if args.command == "flower":
             from .commands.flower import flower_command
 
@@ -177,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     except FedcondError as e:
         print(f"fedcond: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("fedcond: interrupted; finished results are in the database", file=sys.stderr)
-        return 130
+        return 143 if isinstance(e, Terminated) else 130
     return 0
 
 
@@ -231,27 +267,47 @@ def _experiments(args) -> int:
     return 0
 
 
-def _sweep(args) -> int:
-    import fnmatch
+def _sweep_dry_run(cells, db) -> int:
+    """Every cell the sweep would run, marked done where the database holds it; nothing runs."""
+    from . import results
 
-    from .experiments import select
-    from .sweep import plan, run_study_sweep, run_sweep
-    from .synthetic import EXPERIMENTS as STUDY
+    con = results.connect(db)
+    try:
+        done = results.finished_cells(con)
+    finally:
+        con.close()
+    for c in cells:
+        print(f"{'done' if c.key in done else 'todo'}  {c.experiment.name}  {c.method}  seed {c.seed}  [{c.protocol_name}]")
+    todo = sum(c.key not in done for c in cells)
+    print(f"{len(cells)} cells: {len(cells) - todo} already in {db or results.default_db_path()}, {todo} to run")
+    return 0
+
+
+def _sweep(args) -> int:
+    from .experiments import PROTOCOL_OPTIONS, SCENARIO_OPTIONS, select, variant_name
+    from .experiments import protocol as protocol_of
+    from .sweep import plan, run_sweep
 
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
         raise FedcondError(f"--seeds takes a comma list of whole numbers, got '{args.seeds}'") from None
-    pats = [p.strip() for p in args.pattern.split(",") if p.strip()]
-    study = [n for n in STUDY if any(fnmatch.fnmatch(n, p) or n == p for p in pats)]
-    main_pats = [p for p in pats if not p.startswith("MCDC")]
-    counts = {}
-    if main_pats or not study:
-        cells = plan(select(",".join(main_pats) or args.pattern), args.methods, seeds, args.protocol)
-        counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray)
-    if study:
-        extra = run_study_sweep(study, args.protocol, seeds, args.db, args.data_dir)
-        counts = {k: counts.get(k, 0) + v for k, v in extra.items()}
+    changes = {k: getattr(args, k) for k in PROTOCOL_OPTIONS + SCENARIO_OPTIONS}
+    pname = variant_name(args.protocol, changes)
+    protocol_of(pname)  # validates the options before anything runs
+    experiments = select(args.pattern)
+    if pname != args.protocol and any(e.kind == "study" for e in experiments):
+        raise FedcondError(f"the earlier study's cells (MCDC/*) take no protocol options, got {pname}")
+    if args.groups is not None:  # check the grouping against every experiment it applies to, before anything runs
+        grouped = [e for e in experiments if e.family in ("E1", "E2a")]
+        if not grouped:
+            raise FedcondError("--groups applies to E1 and E2a experiments only")
+        for e in grouped:
+            e.spec(groups=args.groups).resolved_groups()
+    cells = plan(experiments, args.methods, seeds, pname)
+    if args.dry_run:
+        return _sweep_dry_run(cells, args.db)
+    counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray)
     print(json.dumps(counts))
     return 0
 
@@ -266,7 +322,9 @@ def _study(args) -> int:
         synthetic_main(seed=args.seed)
     else:
         from .emnist_study import main as emnist_main
+        from .engine import check_device
 
+        check_device(args.device)
         emnist_main(args.data_dir, device=args.device, seed=args.seed)
     return 0
 

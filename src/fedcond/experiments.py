@@ -8,8 +8,10 @@ with both tables listed. Sparsity levels are clients per cluster (groupings.SPAR
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
+import re
 from dataclasses import dataclass
 
 from .algorithms import PAPER_METHODS
@@ -31,12 +33,14 @@ class Experiment:
     paper_setting: dict | None = None  # table -> the `setting` string of paper_results.csv
     methods: tuple[str, ...] = PAPER_METHODS
     kind: str = "train"  # train: methods are trained and evaluated | discovery: JDFL's discovery diagnostics
+    #   | study: the earlier study's (SPEC Part B, fedcond.synthetic), run by its own code
 
-    def spec(self, seed: int = 0, data_dir: str | None = None, fraction: float = 1.0):
+    def spec(self, seed: int = 0, data_dir: str | None = None, fraction: float = 1.0, groups: str | None = None):
         from .run import ScenarioSpec
 
         return ScenarioSpec(family=self.family, dataset=self.dataset, k=self.k, clients_per_cluster=self.clients_per_cluster,
-                            clients=self.clients, rotations=self.rotations, seed=seed, data_dir=data_dir, fraction=fraction)
+                            clients=self.clients, rotations=self.rotations, seed=seed, data_dir=data_dir, fraction=fraction,
+                            groups=groups if self.family in ("E1", "E2a") else None)
 
 
 # Protocol presets: `paper` is SPEC A.4/A.5; `smoke` is tiny (1 epoch on 5% of the data) for tests
@@ -49,10 +53,62 @@ PROTOCOLS: dict[str, tuple[Protocol, float]] = {  # name -> (protocol, fraction 
 }
 
 
+# Options a sweep may change from its preset. A cell run with changes is named by them,
+# `paper[encoder_source=pacs32,groups=blocks]`, so it never takes the place of the preset's cell
+# and a report never mixes the two.
+PROTOCOL_OPTIONS = ("epochs", "local_epochs", "lr", "momentum", "conditioning", "stats_normalisation", "encoder_source",
+                    "statistic")
+SCENARIO_OPTIONS = ("groups",)
+
+
+def variant_name(preset: str, changes: dict) -> str:
+    """`preset` with the options that differ from it, in a fixed order (the cell's protocol name)."""
+    protocol(preset)
+    base = dataclasses.asdict(PROTOCOLS[preset][0])
+    kept = {k: v for k, v in changes.items() if v is not None and (k in SCENARIO_OPTIONS or base.get(k) != v)}
+    unknown = set(kept) - set(PROTOCOL_OPTIONS) - set(SCENARIO_OPTIONS)
+    if unknown:
+        raise FedcondError(f"not a protocol option: {', '.join(sorted(unknown))}")
+    order = PROTOCOL_OPTIONS + SCENARIO_OPTIONS
+    return preset + (f"[{','.join(f'{k}={kept[k]}' for k in order if k in kept)}]" if kept else "")
+
+
+def parse_variant(name: str) -> tuple[str, dict]:
+    """`paper[lr=0.02,groups=0,1|2,3]` -> ("paper", {"lr": 0.02, "groups": "0,1|2,3"}); values typed as the Protocol's."""
+    preset, _, rest = name.partition("[")
+    changes: dict = {}
+    if rest:
+        if not rest.endswith("]"):
+            raise FedcondError(f"bad protocol name '{name}'")
+        body, fields = rest[:-1], {f.name: f for f in dataclasses.fields(Protocol)}
+        keys = [m for m in re.finditer(r"(?:^|,)(\w+)=", body)]
+        for i, m in enumerate(keys):
+            key = m.group(1)
+            value = body[m.end(): keys[i + 1].start() if i + 1 < len(keys) else len(body)]
+            if key in SCENARIO_OPTIONS:
+                changes[key] = value
+            elif key in PROTOCOL_OPTIONS:
+                kind = str(fields[key].type)
+                changes[key] = (int(value) if kind == "int" else float(value) if kind == "float"
+                                else None if value == "None" else value)
+            else:
+                raise FedcondError(f"bad protocol name '{name}': unknown option '{key}'")
+    return preset, changes
+
+
 def protocol(name: str) -> tuple[Protocol, float]:
-    if name not in PROTOCOLS:
-        raise FedcondError(f"unknown protocol '{name}'; choose {', '.join(PROTOCOLS)}")
-    return PROTOCOLS[name]
+    """A preset (`paper`, `smoke`, `short`) or a variant of one (`paper[encoder_source=pacs32]`):
+    the Protocol and the fraction of each split kept."""
+    preset, changes = parse_variant(name)
+    if preset not in PROTOCOLS:
+        raise FedcondError(f"unknown protocol '{preset}'; choose {', '.join(PROTOCOLS)}")
+    proto, fraction = PROTOCOLS[preset]
+    return proto.replace(**{k: v for k, v in changes.items() if k in PROTOCOL_OPTIONS}), fraction
+
+
+def scenario_options(name: str) -> dict:
+    """The scenario options (e.g. groups) a protocol name carries."""
+    return {k: v for k, v in parse_variant(name)[1].items() if k in SCENARIO_OPTIONS}
 
 
 def _build() -> dict[str, Experiment]:
@@ -102,7 +158,17 @@ def _build() -> dict[str, Experiment]:
         add(Experiment(f"E4b/cifar10/C=2/{s}", "E4b", "cifar10", k=2, clients=total, tables=("XXI",), paper_setting={"XXI": f"C=2,{s}"}))
     for exp in jdfl_experiments():
         add(exp)
+    for exp in study_experiments():
+        add(exp)
     return out
+
+
+def study_experiments() -> list[Experiment]:
+    """The earlier study's settings (SPEC Part B: MCDC/*), in the same registry as the paper's."""
+    from .synthetic import EXPERIMENTS as STUDY
+
+    return [Experiment(name, family="MCDC", dataset=e.dataset, k=e.clusters, methods=tuple(e.methods), kind="study")
+            for name, e in STUDY.items()]
 
 
 # ---- JDFL (SPEC Part C) --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ class Protocol:
     conditioning: str = "concat"  # concat (paper) | film (ablation)
     encoder_source: str | None = None  # CIFAR phi: the cross-trained encoder's source; None = the paper's
     #   partner (cifar10 <- cifar100, cifar100 <- cifar10); on machines without CIFAR-100 use pacs32
+    statistic: str = "eigenvalues"  # what conditioned models receive (stats.STATISTICS); random: the fingerprint control
 
     @property
     def rounds(self) -> int:
@@ -39,6 +40,9 @@ class Protocol:
             raise FedcondError(f"lr must be positive, got {self.lr}")
         if not 0 <= self.momentum < 1:
             raise FedcondError(f"momentum must be in [0, 1), got {self.momentum}")
+        from .stats import check_statistic
+
+        check_statistic(self.statistic)
         return self
 
     def replace(self, **changes) -> "Protocol":

@@ -22,6 +22,7 @@ import torch
 from .algorithms import make_algorithm
 from .errors import FedcondError
 from .engine import SGDConfig, make_engine
+from .engine.pool import terminate_pool
 from .protocol import Protocol
 from .scenarios import Scenario, make_scenario
 from .simulate import MethodResult, run_method
@@ -40,6 +41,12 @@ class ScenarioSpec:
     seed: int = 0
     data_dir: str | None = None
     fraction: float = 1.0  # keep this share of every split (stratified, seeded): the smoke protocol's speed
+    groups: str | None = None  # E1 / E2a class grouping: a name (scenarios.groupings.GROUPINGS) or '0,1|2,3'; None: default
+
+    def __post_init__(self):
+        from .scenarios import canonical_family
+
+        object.__setattr__(self, "family", canonical_family(self.family))
 
     def build(self) -> Scenario:
         from . import data
@@ -51,15 +58,30 @@ class ScenarioSpec:
             load = lambda name: subsample(base(name), self.fraction, self.seed)  # noqa: E731
         return make_scenario(
             self.family, self.dataset, load, k=self.k, clients_per_cluster=self.clients_per_cluster,
-            clients=self.clients, rotations=self.rotations, seed=self.seed,
+            clients=self.clients, rotations=self.rotations, seed=self.seed, groups=self.groups,
         )
 
     def describe(self) -> dict:
+        """The arguments as a results row records them; E1/E2a with the class groups resolved, so a
+        row says which grouping made it even after the default changes."""
         d = dataclasses.asdict(self)
         d.pop("data_dir")
         if d["fraction"] == 1.0:
             d.pop("fraction")
+        resolved = self.resolved_groups()
+        if resolved is not None:
+            d["groups"] = resolved
         return {k: v for k, v in d.items() if v is not None}
+
+    def resolved_groups(self) -> str | None:
+        """E1 / E2a: the class groups as '0,1,2|3,4' (no data read); None for other families."""
+        from .scenarios import groupings as G
+
+        if self.family == "E1" and self.dataset != "cifar100":
+            return G.format_groups(G.e1_groups(self.dataset, self.k or 2, self.groups))
+        if self.family == "E2a":
+            return G.format_groups(m for _, m in G.e2a_superclasses(self.dataset, self.groups))
+        return None
 
 
 @dataclass(frozen=True)
@@ -79,6 +101,9 @@ _worker: dict = {}
 
 
 def _init_worker(spec: ScenarioSpec, progress_queue) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
     torch.set_num_threads(1)
     _worker["scenario"] = spec.build()
     _worker["spec"] = spec
@@ -127,13 +152,17 @@ def run_methods(
                     if failures != "return":
                         raise
                     yield Failure(m, str(e))
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: stop the workers now, not after their jobs
+            getattr(engine, "terminate", engine.close)()
+            raise
         finally:
             engine.close()
         return
     ctx = mp.get_context("spawn")
     manager = ctx.Manager()
     progress = manager.Queue()
-    with ProcessPoolExecutor(min(workers, len(methods)), mp_context=ctx, initializer=_init_worker, initargs=(spec, progress)) as pool:
+    pool = ProcessPoolExecutor(min(workers, len(methods)), mp_context=ctx, initializer=_init_worker, initargs=(spec, progress))
+    with pool:
         futures = {pool.submit(_run_in_worker, m, protocol, seed): m for m in methods}
         pending = set(futures)
         try:
@@ -157,9 +186,8 @@ def run_methods(
                             on_round(*item)
                     except queue.Empty:
                         pass
-        except BaseException:
-            for f in pending:
-                f.cancel()
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: finished results are already yielded
+            terminate_pool(pool)
             raise
         finally:
             manager.shutdown()

@@ -45,9 +45,13 @@ def feature_map(fed, protocol: Protocol, data_dir=None):
     raise FedcondError(f"no feature map for client statistics of {fed.input_shape} images")
 
 
-def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None) -> tuple[np.ndarray, torch.Tensor]:
-    """Raw eigenvalues [N, l] and the normalised model input [N, l] (float32)."""
+def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None, seed: int = 0) -> tuple[np.ndarray, torch.Tensor]:
+    """Raw statistics [N, l] (protocol.statistic: the eigenvalues, or the random control drawn
+    from `seed` and the client ids) and the normalised model input [N, l] (float32)."""
     fed = scenario.federation
+    if protocol.statistic == "random":
+        raw = S.random_vectors(list(range(fed.num_clients)), protocol.num_eigenvalues, seed)
+        return raw, torch.as_tensor(S.normalise(raw, protocol.stats_normalisation), dtype=torch.float32)
     raw = S.client_statistics(
         [c.x_train for c in fed.clients], [c.y_train for c in fed.clients], fed.num_classes,
         l=protocol.num_eigenvalues, phi=feature_map(fed, protocol, data_dir), method=protocol.stats_method,
@@ -88,7 +92,7 @@ def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: i
     statistics only if it is conditioned, the true clusters only if it is an oracle."""
     fed = scenario.federation
     if alg.conditioned and stats is None:
-        stats = client_statistics(scenario, protocol, data_dir)[1]
+        stats = client_statistics(scenario, protocol, data_dir, seed)[1]
     plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
     return Context(
         federation=fed,

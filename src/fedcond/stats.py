@@ -75,6 +75,26 @@ def client_statistics(
     return np.stack(rows) if rows else np.zeros((0, l))
 
 
+def random_vectors(client_ids: list[int], l: int, seed: int) -> np.ndarray:
+    """The control statistic: one standard-normal vector per client, drawn from (seed, client id)
+    alone; it uses no data, so it can only serve as a client fingerprint [N, l]."""
+    rows = [np.random.default_rng(np.random.SeedSequence([0xF1A6, seed, int(i)])).standard_normal(l) for i in client_ids]
+    return np.stack(rows) if rows else np.zeros((0, l))
+
+
+# --statistic NAME: what a conditioned model receives (the paper's eigenvalues by default)
+STATISTICS = {
+    "eigenvalues": "top-l eigenvalues of the covariance of [phi(x), onehot(y)] (the paper's)",
+    "random": "control: a random vector per client from (seed, client id); no data used",
+}
+
+
+def check_statistic(name: str) -> str:
+    if name not in STATISTICS:
+        raise FedcondError(f"unknown statistic '{name}'; choose {', '.join(STATISTICS)}")
+    return name
+
+
 def normalise(raw: np.ndarray, how: str = "zscore") -> np.ndarray:
     """Turn raw eigenvalue vectors [N, l] into model inputs.
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from . import results
 from .algorithms import resolve_methods
 from .errors import FedcondError
-from .experiments import Experiment, protocol
+from .experiments import Experiment, protocol, scenario_options
 from .run import Failure, default_workers, rounds_of, run_methods
 
 
@@ -38,7 +38,10 @@ class Cell:
 def plan(experiments: list[Experiment], methods: str | None, seeds: list[int], protocol_name: str) -> list[Cell]:
     cells = []
     for exp in experiments:
-        names = resolve_methods(methods) if methods else list(exp.methods)
+        if exp.kind == "study":  # the study's own method names (linear, ensemble, ..., global, cluster, client)
+            names = [m for m in exp.methods if not methods or m in {s.strip() for s in methods.split(",")}]
+        else:
+            names = resolve_methods(methods) if methods else list(exp.methods)
         for seed in seeds:
             cells += [Cell(exp, m, seed, protocol_name) for m in names]
     return cells
@@ -70,9 +73,12 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
     counts = {"planned": len(cells), "skipped": len(cells) - len(todo), "ran": 0, "failed": 0}
     log(f"sweep: {len(cells)} cells, {counts['skipped']} already in {db or results.default_db_path()}, {len(todo)} to run")
     diagnostics = [c for c in todo if c.experiment.kind == "discovery"]
-    todo = [c for c in todo if c.experiment.kind != "discovery"]
+    study = [c for c in todo if c.experiment.kind == "study"]
+    todo = [c for c in todo if c.experiment.kind == "train"]
     if diagnostics:  # JDFL's discovery grid: cheap, local, one training per batch size
         _run_discovery(con, diagnostics, data_dir, workers or default_workers(), counts, log)
+    if study:  # the earlier study (MCDC/*): its own trainers, one call per (experiment, seed, protocol)
+        _run_study(con, study, data_dir, counts, log)
     if ray_address is not None:
         return _sweep_on_ray(con, todo, data_dir, ray_address, counts, log)
     by_scenario: dict[tuple, list[Cell]] = {}
@@ -84,7 +90,7 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
         for (name, seed, pname), group in by_scenario.items():
             exp = group[0].experiment
             proto, fraction = protocol(pname)
-            spec = exp.spec(seed, data_dir, fraction)
+            spec = exp.spec(seed, data_dir, fraction, **scenario_options(pname))
             methods = [c.method for c in group]
             start = time.perf_counter()
             try:
@@ -110,7 +116,7 @@ def _run_discovery(con, cells: list[Cell], data_dir, workers: int, counts: dict,
         groups.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
     for (name, seed, pname), group in groups.items():
         proto, fraction = protocol(pname)
-        spec = group[0].experiment.spec(seed, data_dir, fraction)
+        spec = group[0].experiment.spec(seed, data_dir, fraction, **scenario_options(pname))
         by_method = {c.method: c for c in group}
         try:
             scenario = spec.build()
@@ -129,7 +135,7 @@ def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, l
     tasks, meta = [], []
     for c in todo:
         proto, fraction = protocol(c.protocol_name)
-        spec = c.experiment.spec(c.seed, data_dir, fraction)
+        spec = c.experiment.spec(c.seed, data_dir, fraction, **scenario_options(c.protocol_name))
         tasks.append((spec, c.method, proto, c.seed))
         meta.append((c, spec, proto))
     try:
@@ -142,32 +148,27 @@ def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, l
 
 
 
-def run_study_sweep(names: list[str], protocol_name: str, seeds: list[int], db: str | None, data_dir=None,
-                    device: str = "cpu", log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> dict:
-    """The earlier study's experiments (SPEC Part B, `fedcond.synthetic.EXPERIMENTS`): same cells, same
-    resume rules; each (experiment, seed) runs the methods not yet recorded, then records them."""
+def _run_study(con, cells: list[Cell], data_dir, counts: dict, log, device: str = "cpu") -> None:
+    """The earlier study's cells (SPEC Part B, `fedcond.synthetic.EXPERIMENTS`): same cells, same
+    resume rules; each (experiment, seed, protocol) runs its methods not yet recorded, then records them."""
     from .synthetic import EXPERIMENTS as STUDY
     from .synthetic import record
 
-    con = results.connect(db)
-    done = results.finished_cells(con)
-    counts = {"planned": 0, "skipped": 0, "ran": 0, "failed": 0}
-    try:
-        for name in names:
-            exp = STUDY[name]
-            for seed in seeds:
-                todo = tuple(m for m in exp.methods if (name, m, seed, protocol_name) not in done)
-                counts["planned"] += len(exp.methods)
-                counts["skipped"] += len(exp.methods) - len(todo)
-                if not todo:
-                    continue
-                start = time.perf_counter()
-                res = exp(seed=seed, protocol=protocol_name, methods=todo, data_dir=data_dir, device=device)
-                res = {m: r for m, r in res.items() if m in todo}  # e.g. 'bayes' is a reference, not a cell
-                record(con, exp, res, seed, protocol_name, device)
-                counts["ran"] += len(res)
-                log(f"  {name} seed {seed} [{protocol_name}]: " + ", ".join(f"{m} {r.accuracy:.4f}" for m, r in res.items())
-                    + f" ({time.perf_counter() - start:.0f} s)")
-    finally:
-        con.close()
-    return counts
+    groups: dict[tuple, list[Cell]] = {}
+    for c in cells:
+        groups.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
+    for (name, seed, pname), group in groups.items():
+        exp = STUDY[name]
+        todo = tuple(c.method for c in group)
+        start = time.perf_counter()
+        try:
+            res = exp(seed=seed, protocol=pname, methods=todo, data_dir=data_dir, device=device)
+        except FedcondError as e:  # e.g. EMNIST missing, or a protocol the study has no preset for
+            counts["unavailable"] = counts.get("unavailable", 0) + len(group)
+            log(f"  {name} seed {seed} [{pname}]: not run: {e}")
+            continue
+        res = {m: r for m, r in res.items() if m in todo}  # e.g. 'bayes' is a reference, not a cell
+        record(con, exp, res, seed, pname, device)
+        counts["ran"] += len(res)
+        log(f"  {name} seed {seed} [{pname}]: " + ", ".join(f"{m} {r.accuracy:.4f}" for m, r in res.items())
+            + f" ({time.perf_counter() - start:.0f} s)")

@@ -132,6 +132,20 @@ def test_ditto_global_track_is_fedavg_bit_for_bit(small):
     assert not torch.equal(d.models[1]["fc2.weight"], d.models[0]["fc2.weight"])
 
 
+def test_ditto_global_momentum_sets_only_the_global_tracks_optimiser(small):
+    """global_momentum=0 (the other reading of "plain SGD"): the global track is FedAvg under SGD
+    without momentum, bit for bit; the default keeps the protocol's momentum."""
+    plain = make_ctx(small, engine=LoopEngine(dataclasses.replace(SGD, momentum=0.0)))
+    ctx = make_ctx(small)
+    d = Ditto(personal_epochs=1, global_momentum=0.0)
+    d_state, f_state = d.round(ctx, d.init(ctx), 0), FedAvg().round(plain, FedAvg().init(plain), 0)
+    assert_same(d_state.models[0], f_state.models[0])
+    default = Ditto(personal_epochs=1).round(ctx, Ditto(personal_epochs=1).init(ctx), 0)
+    assert not torch.equal(default.models[0]["fc2.weight"], d_state.models[0]["fc2.weight"])
+    with pytest.raises(FedcondError):
+        Ditto(global_momentum=1.0)
+
+
 def test_ditto_personal_update_is_proximal_plain_sgd_by_hand(small):
     lam, epochs = 50.0, 2  # a large lam so the proximal pull is far above float noise (lr * lam = 0.5)
     ctx = make_ctx(small, clients=[0, 3])

@@ -60,12 +60,39 @@ _CALL = re.compile(r"^\s*([\w-]+)\s*\((.*)\)\s*$")  # a registered algorithm wit
 def _parse_value(text: str):
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
+    if text.lower() in ("none", "null"):
+        return None
     for cast in (int, float):
         try:
             return cast(text)
         except ValueError:
             pass
     return text
+
+
+def _typed(cls: type, key: str, value):
+    """`value` checked against the dataclass field's annotation (a string: the modules use
+    `from __future__ import annotations`): numbers must be numbers, flags true/false, None only
+    where the field allows it. One-line FedcondError otherwise."""
+    ann = str(next(f.type for f in dataclasses.fields(cls) if f.name == key)).replace(" ", "")
+    kinds = set(ann.replace("Optional[", "").replace("]", "").split("|"))
+    if value is None:
+        if "None" in kinds or "Optional[" in ann:
+            return None
+        raise FedcondError(f"{key} must not be None")
+    if kinds & {"bool"} and isinstance(value, bool):
+        return value
+    if kinds & {"int"} and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kinds & {"float"} and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kinds & {"str"} and isinstance(value, str):
+        return value
+    if not kinds & {"bool", "int", "float", "str"}:  # another type (a tuple, a literal): let the class judge
+        return value
+    want = ("a whole number" if kinds & {"int"} and not kinds & {"float"} else "a number" if kinds & {"int", "float"}
+            else "true or false" if "bool" in kinds else "text")
+    raise FedcondError(f"{key} must be {want}, got '{value}'")
 
 
 def _key_values(args: str | None):
@@ -110,7 +137,7 @@ def parse_call(name: str) -> tuple[str, dict] | None:
     for item, key, value in _key_values(m.group(2)):
         if key not in fields or not value:
             raise FedcondError(f"'{name}': bad argument '{item}'; use key=value with keys {', '.join(fields) or '(none)'}")
-        kw[key] = _parse_value(value)
+        kw[key] = _typed(ALGORITHMS[base], key, _parse_value(value))
     return base, kw
 
 

@@ -19,6 +19,10 @@ evenly as integer epochs allow over the run's R rounds (round r runs
 floor((r+1)E/R) - floor(rE/R) epochs, so E=5, R=20 runs one epoch in rounds 3, 7, 11, 15, 19);
 a round with none leaves v_i unchanged.
 
+"Plain SGD (no momentum)" (the paper's Appendix K-B) is read as the personal update's optimiser;
+the global track is FedAvg's local step with the protocol's optimiser (SGD momentum 0.9 under the
+paper protocol). `global_momentum=0` gives the other reading (both tracks plain SGD).
+
 The weaker "FedAvg, then fine-tune" variant is not this baseline.
 """
 
@@ -43,6 +47,7 @@ class Ditto:
     lam: float = 1.0  # lambda, the proximal weight toward the received global model
     personal_epochs: int = 5  # per round (default), or in total with total_over_rounds
     total_over_rounds: int | None = None  # None: personal_epochs every round; R: personal_epochs spread over R rounds
+    global_momentum: float | None = None  # the global track's SGD momentum; None: the protocol's (0.9 under paper)
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
@@ -51,6 +56,8 @@ class Ditto:
     def __post_init__(self):
         if self.lam < 0 or self.personal_epochs < 0:
             raise FedcondError(f"Ditto needs lam >= 0 and personal_epochs >= 0, got {self.lam}, {self.personal_epochs}")
+        if self.global_momentum is not None and not 0 <= self.global_momentum < 1:
+            raise FedcondError(f"Ditto's global_momentum must be None or in [0, 1), got {self.global_momentum}")
         if self.total_over_rounds is not None and self.total_over_rounds < 1:
             raise FedcondError(f"total_over_rounds must be None or >= 1, got {self.total_over_rounds}")
 
@@ -71,7 +78,8 @@ class Ditto:
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
         w = state.models[0]
-        global_jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i)) for i in range(n)]
+        own = {} if self.global_momentum is None else {"sgd": dataclasses.replace(ctx.sgd, momentum=self.global_momentum)}
+        global_jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i), **own) for i in range(n)]
         epochs = self.epochs_in_round(r)
         plain_sgd = dataclasses.replace(ctx.sgd, momentum=0.0)
         personal_jobs = [

@@ -17,19 +17,25 @@ from ..run import ScenarioSpec, default_workers, rounds_of, run_methods
 
 def scenario_spec(args, default_k: int) -> ScenarioSpec:
     """The scenario that the command line's --scenario/--dataset/--k/... arguments name."""
+    k = args.k
+    if k is None and args.groups and "|" in args.groups:  # explicit groups say how many clusters
+        k = args.groups.count("|") + 1
     return ScenarioSpec(
         family=args.family, dataset=args.dataset,
-        k=args.k if args.k is not None or args.family == "domain" else default_k,  # domain: one cluster per domain
+        k=k if k is not None or args.family.lower() == "domain" else default_k,  # domain: one cluster per domain
         clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
-        seed=args.seed, data_dir=args.data_dir,
+        seed=args.seed, data_dir=args.data_dir, groups=args.groups,
     )
 
 
 def run_command(args) -> int:
+    from ..engine import check_device
+
+    check_device(args.device)
     methods = resolve_methods(args.methods)
     protocol = PAPER.replace(
         epochs=args.epochs, local_epochs=args.local_epochs, lr=args.lr, momentum=args.momentum, conditioning=args.conditioning,
-        stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source,
+        stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source, statistic=args.statistic,
     )
     experiment, protocol_name = None, None
     if args.experiment:
@@ -39,7 +45,7 @@ def run_command(args) -> int:
         if not matches:
             raise FedcondError(f"--experiment takes one exact name, e.g. {select(args.experiment)[0].name}")
         experiment = matches[0]
-        spec = experiment.spec(args.seed, args.data_dir)
+        spec = experiment.spec(args.seed, args.data_dir, groups=args.groups)
         protocol_name = next((n for n, (p, frac) in PROTOCOLS.items() if p == protocol and frac == 1.0), "custom")
     else:
         spec = scenario_spec(args, default_k=5)

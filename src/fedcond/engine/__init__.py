@@ -16,6 +16,30 @@ from .vmap import VmapEngine
 Engine = Union[LoopEngine, PoolEngine, VmapEngine]
 
 
+def check_device(device: str) -> str:
+    """`device` if torch can use it here; a one-line FedcondError otherwise (e.g. cuda on a CPU-only torch)."""
+    import torch
+
+    from ..errors import FedcondError
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise FedcondError(f"unknown device '{device}'; use cpu, cuda or cuda:N") from None
+    if dev.type == "cpu":
+        return device
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise FedcondError(f"device '{device}' asked for, but this torch ({torch.__version__}) has no usable CUDA; "
+                               "use --device cpu or install a CUDA build of torch")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise FedcondError(f"device '{device}' does not exist: {torch.cuda.device_count()} CUDA device(s) here")
+        return device
+    if dev.type == "mps" and torch.backends.mps.is_available():
+        return device
+    raise FedcondError(f"device '{device}' is not available here; use cpu or cuda")
+
+
 def make_engine(sgd: SGDConfig, workers: int = 1, device: str = "cpu") -> Engine:
     """The fastest backend for the device: stacked-parameter vmap on a GPU; on a CPU a pool of
     single-thread workers when several cores are granted, else the loop."""
@@ -24,5 +48,5 @@ def make_engine(sgd: SGDConfig, workers: int = 1, device: str = "cpu") -> Engine
     return PoolEngine(sgd, workers) if workers > 1 else LoopEngine(sgd)
 
 
-__all__ = ["Engine", "Job", "JobResult", "LoopEngine", "Params", "PoolEngine", "SGDConfig", "batch_order", "clone_params",
+__all__ = ["Engine", "Job", "JobResult", "LoopEngine", "Params", "PoolEngine", "SGDConfig", "batch_order", "check_device", "clone_params",
            "Regulariser", "VmapEngine", "make_engine", "mean_loss", "mix", "predict", "train_job", "weighted_average"]

@@ -29,6 +29,9 @@ _models: dict = {}  # worker side: one working model per ModelSpec
 
 
 def _init_worker() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
     torch.set_num_threads(1)
     keep_freed_memory()
 
@@ -127,8 +130,28 @@ class PoolEngine:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
 
+    def terminate(self) -> None:
+        """Stop now (an interrupt): the workers' jobs in flight are abandoned."""
+        if self._pool is not None:
+            terminate_pool(self._pool)
+            self._pool = None
+
     def __del__(self):
         self.close()
+
+
+def terminate_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a process pool at once: cancel what has not started, end the workers and reap them, so
+    an interrupted run leaves no process, shared memory or semaphore behind. Results the caller
+    already holds are unaffected; what the workers were computing is lost."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=10)
+    pool.shutdown(wait=True)
 
 
 def _balanced_chunks(work: list[int], n_chunks: int) -> list[list[int]]:

@@ -116,6 +116,8 @@ def _raw_stats(context: Context) -> np.ndarray:
 
     run, _, fed, me = _my_data(context)
     p = run.protocol
+    if p.statistic != "eigenvalues":
+        raise FedcondError(f"the Flower client computes the eigenvalue statistic only, not '{p.statistic}'")
     raw = S.client_statistics([me.x_train], [me.y_train], fed.num_classes, l=p.num_eigenvalues,
                               phi=feature_map(fed, p, run.spec.data_dir), method=p.stats_method)[0]
     context.state["fedcond.stats"] = ArrayRecord({"raw": torch.from_numpy(raw)})

@@ -6,7 +6,7 @@ from ..errors import FedcondError
 from .families import FAMILIES
 from .federation import ClientData, Federation, GroundTruth, Scenario
 
-__all__ = ["FAMILIES", "ClientData", "Federation", "GroundTruth", "Scenario", "make_scenario"]
+__all__ = ["FAMILIES", "ClientData", "Federation", "GroundTruth", "Scenario", "canonical_family", "make_scenario"]
 
 
 def make_scenario(
@@ -19,14 +19,18 @@ def make_scenario(
     clients: int | None = None,
     rotations: str | None = None,
     seed: int = 0,
+    groups: str | None = None,
 ) -> Scenario:
     """Build any family from uniform arguments (what the command line and experiments pass).
 
     `k` is K for E1/E2a/E3a/E3b and C for E4b; `rotations` is C1..C4 for E2b; E4a and E4b count
-    clients in total (`clients`), the others per cluster (`clients_per_cluster`, default 5).
+    clients in total (`clients`), the others per cluster (`clients_per_cluster`, default 5). `groups` names
+    the class grouping of E1 and E2a (groupings.GROUPINGS, or explicit '0,1|2,3'). Family names
+    are accepted in any case.
     """
-    if family not in FAMILIES:
-        raise FedcondError(f"unknown scenario family '{family}'; choose one of {', '.join(FAMILIES)}")
+    family = canonical_family(family)
+    if groups is not None and family not in ("E1", "E2a"):
+        raise FedcondError(f"--groups applies to E1 and E2a only, not to {family}")
     builder = FAMILIES[family]
     if family in ("E4a", "E4b"):
         if clients_per_cluster is not None:
@@ -44,4 +48,14 @@ def make_scenario(
     per = clients_per_cluster if clients_per_cluster is not None else 5
     if family == "E2b":
         return builder(dataset, load, rotations=rotations or "C1", clients_per_cluster=per, seed=seed)
+    if family in ("E1", "E2a"):
+        return builder(dataset, load, k=k or 2, clients_per_cluster=per, seed=seed, groups=groups)
     return builder(dataset, load, k=k or 2, clients_per_cluster=per, seed=seed)
+
+
+def canonical_family(family: str) -> str:
+    """A family name as registered (E1, E2a, ..., domain), from any case; a clear error otherwise."""
+    lookup = {name.lower(): name for name in FAMILIES}
+    if str(family).strip().lower() not in lookup:
+        raise FedcondError(f"unknown scenario family '{family}'; choose one of {', '.join(FAMILIES)}")
+    return lookup[str(family).strip().lower()]

@@ -31,9 +31,11 @@ def _check_clients(n: int, what: str = "clients per cluster") -> None:
         raise FedcondError(f"{what} must be at least 1, got {n}")
 
 
-def label_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: int = 5, seed: int = 0):
+def label_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: int = 5, seed: int = 0,
+                groups: str | None = None):
     """E1: cluster k sees only the classes of group k; the task keeps the full label space.
 
+    `groups`: a grouping name or explicit groups (groupings.e1_groups; None: the default).
     CIFAR-100 uses its official 20 superclasses (K must be 20) with the 100 fine labels as the task.
     Other K than the tables' are allowed: consecutive blocks of the label order.
     """
@@ -41,17 +43,20 @@ def label_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: int
     data = load(dataset)
     C = len(data.classes)
     if dataset == "cifar100":
+        if groups is not None:
+            raise FedcondError("E1 on cifar100 uses the 20 official superclasses: --groups does not apply")
         if k != 20 or data.coarse_train is None:
             raise FedcondError("E1 on cifar100 uses the 20 official superclasses: K must be 20")
         return _cifar100_superclasses(data, clients_per_cluster, seed)
     if not 1 <= k <= C:
         raise FedcondError(f"E1 needs 1 <= K <= {C} (the classes of {dataset}), got K={k}")
-    groups = G.E1_GROUPS.get(dataset, {}).get(k) or tuple(tuple(g) for g in np.array_split(np.arange(C), k))
+    chosen = G.e1_groups(dataset, k, groups, C)
     specs = [
         ClusterSpec(f"group{g}:{','.join(map(str, cls))}", dataset, _label_map(C, {c: c for c in cls}), clients=clients_per_cluster)
-        for g, cls in enumerate(groups)
+        for g, cls in enumerate(chosen)
     ]
-    return build("E1", dataset, specs, {dataset: data}, C, seed, tuple(data.classes), _params(locals()))
+    params = {**_params(locals()), "groups": G.format_groups(chosen)}
+    return build("E1", dataset, specs, {dataset: data}, C, seed, tuple(data.classes), params)
 
 
 def _cifar100_superclasses(data: ImageData, clients_per_cluster: int, seed: int):
@@ -64,10 +69,12 @@ def _cifar100_superclasses(data: ImageData, clients_per_cluster: int, seed: int)
     return build("E1", "cifar100", specs, {"cifar100": data}, 100, seed, tuple(data.classes), params)
 
 
-def subclass_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: int = 5, seed: int = 0):
-    """E2a: every cluster predicts the same superclasses, from its own share of their member classes."""
+def subclass_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: int = 5, seed: int = 0,
+                   groups: str | None = None):
+    """E2a: every cluster predicts the same superclasses, from its own share of their member classes.
+    `groups`: the superclasses by grouping name or explicit member lists (groupings.e2a_superclasses)."""
     _check_clients(clients_per_cluster)
-    supers = G.table_for(G.E2A_SUPERCLASSES, dataset, "E2a (subclass covariate shift)")
+    supers = G.e2a_superclasses(dataset, groups)
     most = min(len(members) for _, members in supers)
     if not 2 <= k <= most:
         raise FedcondError(f"E2a on {dataset} needs 2 <= K <= {most} (members of the smallest superclass), got K={k}")
@@ -79,7 +86,8 @@ def subclass_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: 
         mapping = {cls: t for t in range(len(supers)) for cls in dealt[t][c]}
         specs.append(ClusterSpec(f"share{c}:{','.join(map(str, sorted(mapping)))}", dataset, _label_map(C, mapping), clients=clients_per_cluster))
     names = tuple(name for name, _ in supers)
-    return build("E2a", dataset, specs, {dataset: data}, len(supers), seed, names, _params(locals()))
+    params = {**_params(locals()), "groups": G.format_groups(m for _, m in supers)}
+    return build("E2a", dataset, specs, {dataset: data}, len(supers), seed, names, params)
 
 
 def rotation_shift(dataset: str, load: Loader, rotations: str = "C1", clients_per_cluster: int = 5, seed: int = 0):
@@ -137,12 +145,31 @@ def cross_dataset(dataset: str, load: Loader, clients: int = 10, seed: int = 0, 
     return build("E4a", "+".join(pair), specs, sources, C, seed, tuple(f"label{c}" for c in range(C)), {"clients": clients, "seed": seed})
 
 
-def combined_shift(dataset: str, load: Loader, c: int = 2, clients: int = 20, seed: int = 0):
-    """E4b: two concept groups (the two E3a labellings), each split into C subclass clusters (as E2a).
+def e4b_clusters(dataset: str, c: int, num_source_classes: int = 10) -> list[tuple[str, tuple[int, ...]]]:
+    """E4b's 2C clusters as (name, label map): two concept groups (the two E3a labellings), each
+    split into C subclass clusters. In concept group g, member j of task label t goes to cluster
+    (t + j) mod C in the first group and (t - j) mod C in the second: the labels' leftovers land
+    in different clusters, and the two groups are dealt in opposite directions. A plain
+    round-robin (member j to cluster j mod C in both groups) left CIFAR-10's fourth share at C=4
+    holding only trucks in both groups, both labelled 0: two identical one-class clusters (many
+    CIFAR-10 classes carry the same label in both labellings). A label with fewer than C members
+    is absent from some clusters."""
+    labelings = G.table_for(G.E3A_LABELINGS, dataset, "E4b (combined shift)")[:2]
+    out = []
+    for g, (name, _, mapping) in enumerate(labelings):
+        shares: list[dict[int, int]] = [{} for _ in range(c)]
+        direction = 1 if g == 0 else -1
+        for t in sorted(set(mapping)):
+            members = [cls for cls in range(num_source_classes) if mapping[cls] == t]
+            for j, cls in enumerate(members):
+                shares[(t + direction * j) % c][cls] = t
+        out += [(f"{name}/share{j}", _label_map(num_source_classes, m)) for j, m in enumerate(shares)]
+    return out
 
-    Within a concept group, the member classes of every task label are dealt round-robin to the
-    C clusters; a label with fewer than C members is absent from some clusters.
-    """
+
+def combined_shift(dataset: str, load: Loader, c: int = 2, clients: int = 20, seed: int = 0):
+    """E4b: two concept groups (the two E3a labellings), each split into C subclass clusters (as
+    E2a); the deal is `e4b_clusters`."""
     labelings = G.table_for(G.E3A_LABELINGS, dataset, "E4b (combined shift)")[:2]
     if c < 1:
         raise FedcondError(f"E4b needs C >= 1, got C={c}")
@@ -152,13 +179,8 @@ def combined_shift(dataset: str, load: Loader, c: int = 2, clients: int = 20, se
     data = load(dataset)
     C_src = len(data.classes)
     C = max(len(names) for _, names, _ in labelings)
-    specs = []
-    for name, _, mapping in labelings:
-        members = {t: tuple(cls for cls in range(C_src) if mapping[cls] == t) for t in set(mapping)}
-        dealt = {t: G.deal_round_robin(m, c) for t, m in members.items()}
-        for j in range(c):
-            m = {cls: t for t in dealt for cls in dealt[t][j]}
-            specs.append(ClusterSpec(f"{name}/share{j}", dataset, _label_map(C_src, m), clients=clients // n_clusters))
+    specs = [ClusterSpec(name, dataset, label_map, clients=clients // n_clusters)
+             for name, label_map in e4b_clusters(dataset, c, C_src)]
     names = tuple(f"label{i}" for i in range(C))
     return build("E4b", dataset, specs, {dataset: data}, C, seed, names, {"c": c, "clients": clients, "seed": seed})
 

@@ -10,15 +10,22 @@ CIFAR-100: the official 100 fine classes with their 20 official superclasses (co
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import FedcondError
 
 # Datasets whose label space is the 10 digits; they share every table.
 DIGIT_LIKE = ("mnist", "digits")
 
 # ---- E1 label shift: K disjoint class groups ("superclasses"), one per cluster. ----------------
-# MNIST / FMNIST: consecutive blocks of the label order (np.array_split); CIFAR-10 follows the
-# paper's K=2 split (vehicles vs animals) and keeps semantically coherent groups for larger K.
-E1_GROUPS: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {
+# The paper gives one grouping only: CIFAR-10 K=2, vehicles | animals. For the rest, groupings are
+# named (`--groups NAME`) or given explicitly (`--groups '0,2,3,4,6|1,5,7,8,9'`):
+# - "semantic" (the principle: classes of one kind share a cluster, kinds kept whole as far as
+#   K allows): Fashion-MNIST by garment kind (tops: T-shirt, pullover, coat, shirt, with the dress;
+#   bottoms; footwear; the bag); CIFAR-10 vehicles and animals split further by habitat and kind;
+#   the digits have no kinds, so MNIST keeps the label order's consecutive blocks.
+# - "blocks": consecutive blocks of the label order (np.array_split) for every dataset.
+E1_SEMANTIC: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {
     "mnist": {
         2: ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)),
         3: ((0, 1, 2, 3), (4, 5, 6), (7, 8, 9)),
@@ -26,9 +33,9 @@ E1_GROUPS: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {
         10: tuple((c,) for c in range(10)),
     },
     "fmnist": {
-        2: ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)),
-        3: ((0, 1, 2, 3), (4, 5, 6), (7, 8, 9)),
-        5: ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9)),
+        2: ((0, 2, 3, 4, 6), (1, 5, 7, 8, 9)),  # tops and dress | trouser, footwear, bag
+        3: ((0, 2, 4, 6), (1, 3, 8), (5, 7, 9)),  # tops | trouser, dress, bag | footwear
+        5: ((0, 6), (2, 4), (1, 3), (5, 7), (8, 9)),  # T-shirt, shirt | pullover, coat | trouser, dress | sandal, sneaker | bag, boot
         10: tuple((c,) for c in range(10)),
     },
     "cifar10": {
@@ -38,11 +45,51 @@ E1_GROUPS: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {
         10: tuple((c,) for c in range(10)),
     },
 }
-E1_GROUPS["digits"] = E1_GROUPS["mnist"]
+E1_SEMANTIC["digits"] = E1_SEMANTIC["mnist"]
+GROUPINGS = ("semantic", "blocks")
+DEFAULT_GROUPING = "semantic"
+
+
+def blocks(num_classes: int, k: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(c) for c in g) for g in np.array_split(np.arange(num_classes), k))
+
+
+def parse_groups(text: str, num_classes: int) -> tuple[tuple[int, ...], ...]:
+    """'0,2,3|1,4' -> ((0, 2, 3), (1, 4)): disjoint, non-empty groups of valid class indices."""
+    try:
+        groups = tuple(tuple(int(c) for c in part.split(",")) for part in text.split("|"))
+    except ValueError:
+        raise FedcondError(f"--groups '{text}': expected a grouping name ({', '.join(GROUPINGS)}) "
+                           "or class indices like '0,2,3,4,6|1,5,7,8,9'") from None
+    flat = [c for g in groups for c in g]
+    if any(not 0 <= c < num_classes for c in flat):
+        raise FedcondError(f"--groups '{text}': class indices must be in 0..{num_classes - 1}")
+    if len(set(flat)) != len(flat):
+        raise FedcondError(f"--groups '{text}': a class appears in two groups")
+    return groups
+
+
+def format_groups(groups) -> str:
+    return "|".join(",".join(str(c) for c in g) for g in groups)
+
+
+def e1_groups(dataset: str, k: int, grouping: str | None, num_classes: int = 10) -> tuple[tuple[int, ...], ...]:
+    """The K class groups of E1 under a grouping name or an explicit grouping (None: the default)."""
+    grouping = (grouping or DEFAULT_GROUPING).strip()
+    if grouping.lower() == "blocks":
+        return blocks(num_classes, k)
+    if grouping.lower() == "semantic":  # K not in the table: consecutive blocks
+        return E1_SEMANTIC.get(dataset, {}).get(k) or blocks(num_classes, k)
+    groups = parse_groups(grouping, num_classes)
+    if len(groups) != k:
+        raise FedcondError(f"--groups '{grouping}' has {len(groups)} groups but K is {k}")
+    return groups
+
 
 # ---- E2a covariate shift by subclasses: superclasses whose members are divided among clusters.
 # The task label is the superclass index. Members are dealt round-robin to the K clusters, so a
-# superclass with m members supports K <= m.
+# superclass with m members supports K <= m. The "semantic" superclasses below follow the same
+# principle as E1's; "blocks" halves the label order; an explicit '0,1,2|3,4' names the members.
 E2A_SUPERCLASSES: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {
     "mnist": (("below_5", (0, 1, 2, 3, 4)), ("5_and_above", (5, 6, 7, 8, 9))),
     "fmnist": (("clothing", (0, 1, 2, 3, 4, 6)), ("shoes_and_bags", (5, 7, 8, 9))),
@@ -50,6 +97,16 @@ E2A_SUPERCLASSES: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {
     "cifar10": (("vehicle", (9, 1, 0, 8)), ("animal", (5, 3, 2, 4, 6, 7))),
 }
 E2A_SUPERCLASSES["digits"] = E2A_SUPERCLASSES["mnist"]
+
+
+def e2a_superclasses(dataset: str, grouping: str | None, num_classes: int = 10):
+    """((name, members), ...) of E2a under a grouping name or explicit member lists."""
+    grouping = (grouping or DEFAULT_GROUPING).strip()
+    if grouping.lower() == "semantic":
+        return table_for(E2A_SUPERCLASSES, dataset, "E2a (subclass covariate shift)")
+    groups = blocks(num_classes, 2) if grouping.lower() == "blocks" else parse_groups(grouping, num_classes)
+    return tuple((f"super{i}", g) for i, g in enumerate(groups))
+
 
 # ---- E3a semantic concept shift: the same images, one labelling per cluster. -----------------
 # Each labelling maps every source class to a task label; names list the task labels.
