@@ -31,9 +31,15 @@ def test_hyperparameters_round_trip(name):
     assert again == alg and hash(again) == hash(alg)
 
 
+# Gossip's default starts every client from its own weights, and averaging unrelated networks
+# need not lower the loss in three rounds (the paper's collapse): its contract is checked on one
+# shared initialisation.
+LOSS_FALLS_UNDER = {"Gossip": "Gossip(independent_init=false)"}
+
+
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_rounds_do_not_mutate_state_and_loss_falls(name, digits_scenario):
-    alg = make_algorithm(name)
+    alg = make_algorithm(LOSS_FALLS_UNDER.get(name, name))
     ctx = make_context(digits_scenario, alg, PROTOCOL, seed=0)
     state = alg.init(ctx)
     losses = []

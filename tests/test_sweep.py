@@ -106,3 +106,19 @@ def test_sweep_over_a_local_ray_instance_then_resume(tmp_path):
     assert sqlite3.connect(db).execute(q).fetchall() == sqlite3.connect(tmp_path / "local.sqlite").execute(q).fetchall()
     again = run_sweep(cells, str(db), str(SHARED), progress=False, log=lambda s: None, ray_address="local")
     assert again["skipped"] == 2 and again["ran"] == 0
+
+
+def test_superseded_rows_leave_the_tables_and_are_run_again(tmp_path):
+    from fedcond import results
+
+    con = results.connect(tmp_path / "r.sqlite")
+    for method in ("Gossip", "FedAvg"):
+        results.save_run(con, family="E1", dataset="mnist", scenario={}, method=method, seed=0, protocol={}, result=None,
+                         experiment="E1/mnist/K=2/rich", protocol_name="paper", status="failed", error="x")
+    moved = results.supersede(con, "method = ? AND protocol_name = ?", ("Gossip", "paper"), "Gossip default changed")
+    assert moved == 1
+    assert results.finished_cells(con) == {("E1/mnist/K=2/rich", "FedAvg", 0, "paper")}
+    assert results.superseded(con) == [("Gossip default changed", 1)]
+    results.save_run(con, family="E1", dataset="mnist", scenario={}, method="Gossip", seed=0, protocol={}, result=None,
+                     experiment="E1/mnist/K=2/rich", protocol_name="paper", status="failed", error="rerun")  # no clash
+    con.close()

@@ -46,6 +46,14 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 -- a sweep cell is finished at most once: resuming skips it, a crash never duplicates it
 CREATE UNIQUE INDEX IF NOT EXISTS runs_cell ON runs (experiment, method, seed, protocol_name) WHERE experiment IS NOT NULL;
+-- rows made under a default that has since changed: kept whole (JSON), out of every table and sweep
+CREATE TABLE IF NOT EXISTS superseded (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    superseded_at TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    experiment TEXT, method TEXT, seed INTEGER, protocol_name TEXT,
+    run TEXT NOT NULL                -- JSON: the runs row as it was
+);
 """
 
 
@@ -124,3 +132,26 @@ def finished_cells(con: sqlite3.Connection) -> set[tuple[str, str, int, str]]:
     """(experiment, method, seed, protocol_name) of every recorded sweep cell, failed ones included."""
     rows = con.execute("SELECT experiment, method, seed, protocol_name FROM runs WHERE experiment IS NOT NULL")
     return {(e, m, int(s), p) for e, m, s, p in rows}
+
+
+def supersede(con: sqlite3.Connection, where: str, params: tuple, reason: str) -> int:
+    """Move the runs rows matching `where` (an SQL condition on runs) to the superseded table, with
+    the reason, in one transaction; returns how many moved. A sweep then runs those cells again
+    under the current defaults, and reports say how many rows were superseded and why."""
+    con.row_factory = sqlite3.Row
+    try:
+        rows = con.execute(f"SELECT * FROM runs WHERE {where}", params).fetchall()
+        with con:
+            for r in rows:
+                con.execute("INSERT INTO superseded (superseded_at, reason, experiment, method, seed, protocol_name, run) "
+                            "VALUES (?,?,?,?,?,?,?)", (time.strftime("%Y-%m-%dT%H:%M:%S%z"), reason, r["experiment"],
+                                                       r["method"], r["seed"], r["protocol_name"], json.dumps(dict(r))))
+                con.execute("DELETE FROM runs WHERE id = ?", (r["id"],))
+    finally:
+        con.row_factory = None
+    return len(rows)
+
+
+def superseded(con: sqlite3.Connection) -> list[tuple[str, int]]:
+    """(reason, rows) of every superseded group, oldest first."""
+    return [(r, n) for r, n in con.execute("SELECT reason, COUNT(*) FROM superseded GROUP BY reason ORDER BY MIN(id)")]

@@ -75,7 +75,7 @@ def test_bad_hyperparameters_are_refused():
             make()
 
 
-@pytest.mark.parametrize("alg", [Gossip(), Ditto(personal_epochs=2), IFCA(), DAC(), DACLoss(n_sampled=2)],
+@pytest.mark.parametrize("alg", [Gossip(independent_init=False), Ditto(personal_epochs=2), IFCA(), DAC(), DACLoss(n_sampled=2)],
                          ids=lambda a: type(a).__name__)
 def test_training_loss_falls_over_three_rounds(small, alg):
     ctx = make_ctx(small)
@@ -346,7 +346,7 @@ def test_gossip_independent_init_draws_one_init_per_client():
     from fedcond.protocol import Protocol
     from fedcond.simulate import make_context
 
-    shared = Gossip().init(make_context(sc, Gossip(), Protocol()))
+    shared = Gossip(independent_init=False).init(make_context(sc, Gossip(independent_init=False), Protocol()))
     own = Gossip(independent_init=True).init(make_context(sc, Gossip(independent_init=True), Protocol()))
     assert all(torch.equal(m["fc2.weight"], shared.models[0]["fc2.weight"]) for m in shared.models)
     assert len({float(m["fc2.weight"].sum()) for m in own.models}) == 4

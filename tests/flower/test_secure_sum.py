@@ -52,3 +52,14 @@ def test_one_client_cannot_unmask_without_the_others():
 def test_values_too_large_for_fixed_point_are_refused():
     with pytest.raises(FedcondError, match="below 2\\^40"):
         secure_sum.quantise(np.array([1e13]))
+
+
+def test_masks_come_from_the_chacha20_keystream():
+    """RFC 8439 appendix A.1, test vector 1 (all-zero key and nonce, block 0): the mask expansion is
+    the ChaCha20 keystream, a cryptographic generator."""
+    stream = secure_sum.mask_stream(bytes(32), 64)
+    assert stream[:32].hex() == "76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7"
+    assert secure_sum.mask_stream(bytes(32), 128)[:64] == stream  # one stream, extended, not reseeded
+    a, b = secure_sum.new_keypair(), secure_sum.new_keypair()
+    assert secure_sum._mask(a[0], b[1], 3) == secure_sum._mask(b[0], a[1], 3)  # both ends of a pair agree
+    assert all(0 <= m < secure_sum.MODULUS for m in secure_sum._mask(a[0], b[1], 3))

@@ -24,6 +24,7 @@ from fractions import Fraction
 import numpy as np
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
@@ -42,13 +43,20 @@ def new_keypair() -> tuple[bytes, bytes]:
     return private, key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
+def mask_stream(key: bytes, nbytes: int) -> bytes:
+    """`nbytes` of the ChaCha20 keystream under a 32-byte key (zero nonce: every key is used for one
+    stream only). A cryptographic generator: a mask reveals nothing about the others, nor about the
+    key, which a statistical generator such as PCG64 (the earlier expansion) does not promise."""
+    encryptor = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
+    return encryptor.update(bytes(nbytes))
+
+
 def _mask(private: bytes, peer_public: bytes, size: int) -> list[int]:
     """`size` uniform integers modulo 2^256 that only this pair of clients can compute."""
     shared = X25519PrivateKey.from_private_bytes(private).exchange(X25519PublicKey.from_public_bytes(peer_public))
-    seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"fedcond secure sum").derive(shared)
-    rng = np.random.Generator(np.random.PCG64(int.from_bytes(seed, "little")))
-    words = rng.integers(0, 2**64, size=(size, MODULUS_BITS // 64), dtype=np.uint64)
-    return [int.from_bytes(row.tobytes(), "little") for row in words]
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"fedcond secure sum").derive(shared)
+    stream = mask_stream(key, size * _WORD)
+    return [int.from_bytes(stream[i * _WORD:(i + 1) * _WORD], "little") for i in range(size)]
 
 
 def quantise(values: np.ndarray) -> list[int]:

@@ -37,6 +37,7 @@ class Database:
     ad_hoc: int  # rows without an experiment name (`fedcond run`): counted, not reported
     protocols: dict[str | None, int]  # protocol_name -> rows, every status
     git_revs: dict[str, tuple[int, str, str]]  # revision -> (rows, first created_at, last created_at)
+    superseded: tuple[tuple[str, int], ...] = ()  # (reason, rows) moved out of the tables (results.supersede)
 
 
 def read_database(db_path: str | Path | None) -> Database:
@@ -54,11 +55,12 @@ def read_database(db_path: str | Path | None) -> Database:
         protocols = {p: n for p, n in con.execute("SELECT protocol_name, COUNT(*) FROM runs GROUP BY protocol_name")}
         revs = {r: (n, a, b) for r, n, a, b in con.execute(
             "SELECT git_rev, COUNT(*), MIN(created_at), MAX(created_at) FROM runs GROUP BY git_rev ORDER BY MIN(created_at), git_rev")}
+        gone = tuple(results.superseded(con))
     except sqlite3.DatabaseError as e:
         raise FedcondError(f"cannot read results database {path}: {e}") from None
     finally:
         con.close()
-    return Database(path, ok, failed, int(total), int(ad_hoc or 0), protocols, revs)  # as given: reports get committed
+    return Database(path, ok, failed, int(total), int(ad_hoc or 0), protocols, revs, gone)  # as given: reports get committed
 
 
 def _decode(row: sqlite3.Row) -> dict:

@@ -41,15 +41,21 @@ def _esc(text) -> str:
 
 def protocol_label(p: str | None) -> str:
     """How a protocol is named in every heading and figure title: any protocol but the paper's
-    says it is not a reproduction."""
+    says it is not a reproduction; a variant of the paper's names what it changed."""
     if p == "paper":
         return "protocol `paper`"
+    if p is not None and p.startswith("paper["):
+        return f"protocol `paper` with {p[len('paper['):-1]}"
     return f"protocol `{p}` (not a reproduction)" if p is not None else "no protocol recorded (not a reproduction)"
 
 
 def reproduction_note(p: str | None) -> str:
     if p == "paper":
         return ""
+    if p is not None and p.startswith("paper["):
+        return (f"**The paper's protocol with one or more settings changed ({p[len('paper['):-1]}): a documented "
+                f"variant or control, shown beside the published numbers for comparison, not as the reproduction "
+                f"itself.**")
     name = f"Protocol `{p}`" if p is not None else "A run without a recorded protocol"
     return (f"**{name} is not the paper's protocol: these numbers test the pipeline and are not a "
             f"reproduction of the published ones.**")
@@ -153,7 +159,8 @@ def published_table(t: PublishedTable, protocol: str | None, cells: dict, label:
 def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, ...], label: str) -> list[str]:
     """Our experiments without a published table: the registry's (E2b, E4a), every one listed so
     progress shows, and any experiment name the registry does not know."""
-    names = [e.name for e in EXPERIMENTS.values() if not e.tables and not e.name.startswith("JDFL/")]  # JDFL: its own section
+    names = [e.name for e in EXPERIMENTS.values()  # JDFL and the earlier study: their own sections
+             if not e.tables and e.kind == "train" and not e.name.startswith("JDFL/")]
     unknown = sorted({e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS and not e.startswith(("MCDC/", "JDFL/"))},
                      key=experiment_order)
     names += unknown
@@ -169,6 +176,33 @@ def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, .
     return lines + _table(["experiment", "seeds"] + methods, rows) + [""]
 
 
+CONTROL = "paper[statistic=random]"
+
+
+def control_section(protocol: str | None, cells: dict, published: list) -> list[str]:
+    """The random-vector control (protocol paper[statistic=random]: Conditional fed a random vector
+    per client instead of its statistics) beside Conditional with the eigenvalues and the Oracle."""
+    from .data import published_for
+
+    if protocol != "paper":
+        return []
+    names = sorted({e for (p, e, m) in cells if p == CONTROL and m == "Conditional"}, key=experiment_order)
+    if not names:
+        return []
+    rows = []
+    for name in names:
+        eig, rnd, oracle = (cells.get(k) for k in (("paper", name, "Conditional"), (CONTROL, name, "Conditional"),
+                                                     ("paper", name, "Oracle")))
+        pub = published_for(published, name, "Conditional")
+        rows.append([name, cell_text(eig, None), cell_text(rnd, None), cell_text(oracle, None),
+                     f"{100 * pub:.1f}" if pub is not None else "-"])
+    return (["### Control: Conditional with a random vector per client (no data), protocol `paper`", "",
+             "The random vector is drawn from the seed and the client's id, has the statistics' dimension and is "
+             "z-scored the same way. What it scores, a model can reach by telling clients apart alone.", ""]
+            + _table(["experiment", "Conditional (eigenvalues)", "Conditional (random vector)", "Oracle",
+                      "published Conditional"], rows) + [""])
+
+
 def ari_section(protocol: str | None, cells: dict, label: str) -> list[str]:
     rows = [[e, m, _mean_std(c.ari), str(len(c.ari))] for (p, e, m), c in cells.items() if p == protocol and c.ari]
     lines = [f"### Cluster recovery (adjusted Rand index), {label}", ""]
@@ -181,6 +215,15 @@ def ari_section(protocol: str | None, cells: dict, label: str) -> list[str]:
 def _mean_std(values: tuple[float, ...]) -> str:
     mean = statistics.fmean(values)
     return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} ± {statistics.stdev(values):.3f}"
+
+
+def superseded_section(gone) -> list[str]:
+    """Rows made under defaults that have changed since: not in any table above; why, and how many."""
+    if not gone:
+        return []
+    return (["## Superseded rows", "", "Made under a default that has since changed; kept in the database's "
+             "`superseded` table, left out of every table and figure, and run again under the current default:", ""]
+            + [f"- {n} row{'s' if n != 1 else ''}: {reason}" for reason, n in gone] + [""])
 
 
 def failed_section(failed: list[dict]) -> list[str]:

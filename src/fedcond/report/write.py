@@ -59,6 +59,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
         for t in published:
             lines += md.published_table(t, p, cells, label)
         lines += md.unpublished(p, cells, PAPER_METHODS, label)
+        lines += md.control_section(p, cells, published)
         lines += md.ari_section(p, cells, label)
         lines += md.study_section(p, cells, label)
         lines += jdfl_section(p, ok, label)
@@ -69,6 +70,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
             else:
                 rel = os.path.relpath(f.path, out)
                 lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
+    lines += md.superseded_section(db.superseded)
     lines += md.failed_section(failed)
     path = out / "report.md"
     path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
