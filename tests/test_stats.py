@@ -111,3 +111,48 @@ def test_protocol_statistic_random_reaches_the_model_z_scored(tagged):
     assert raw.shape == (6, 32) and torch.allclose(s.mean(0), torch.zeros(32), atol=1e-5)
     with pytest.raises(FedcondError, match="unknown statistic"):
         PAPER.replace(statistic="nope")
+
+
+def _client(seed=0, n=120):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 256, (n, 1, 28, 28), generator=g, dtype=torch.uint8)
+    y = torch.randint(0, 10, (n,), generator=g)
+    return x, y
+
+
+def _eigen(x, y):
+    return S.client_statistics([x], [y], 10)[0]
+
+
+def _means(x, y):
+    return S.class_means(S.pixel_features(x), y, 10)
+
+
+def test_eigenvalues_cannot_see_a_label_permutation_and_class_means_can():
+    """E3b's shift is an orthogonal change of basis of the one-hot block: the spectrum is unchanged."""
+    x, y = _client()
+    perm = torch.tensor([3, 7, 0, 9, 1, 5, 2, 8, 6, 4])
+    assert np.allclose(_eigen(x, perm[y]), _eigen(x, y), rtol=1e-10, atol=1e-10)
+    assert not np.allclose(_means(x, perm[y]), _means(x, y), atol=1e-3)
+
+
+@pytest.mark.parametrize("quarter_turns", [1, 2])
+def test_eigenvalues_cannot_see_a_rotation_by_90_or_180_degrees_and_class_means_can(quarter_turns):
+    """A rotation by a multiple of 90 degrees permutes the pixels: an orthogonal change of basis of phi."""
+    x, y = _client(1)
+    turned = torch.rot90(x, quarter_turns, dims=(2, 3))
+    assert np.allclose(_eigen(turned, y), _eigen(x, y), rtol=1e-10, atol=1e-10)
+    assert not np.allclose(_means(turned, y), _means(x, y), atol=1e-3)
+
+
+def test_class_means_layout_and_a_missing_class():
+    x, y = _client(2)
+    y = torch.where(y == 4, torch.zeros_like(y), y)  # no class 4 here
+    v = _means(x, y)
+    assert v.shape == (S.statistic_dim("class_means", 32, 10),) == (40,)
+    assert np.isclose(v[:10].sum(), 1.0) and v[4] == 0.0
+    m = S.PROJECTIONS_PER_CLASS
+    assert np.all(v[10 + 4 * m: 10 + 5 * m] == 0.0)  # the missing class's projected mean
+    expected = S.pixel_features(x)[y == 7].mean(0) @ S.public_projection(784)
+    assert np.allclose(v[10 + 7 * m: 10 + 8 * m], expected.numpy())
+    assert torch.equal(S.public_projection(784), S.public_projection(784))  # public: the same basis everywhere

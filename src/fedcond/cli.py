@@ -47,8 +47,11 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats-normalisation", choices=["zscore", "log", "none"], help="default zscore (the paper's)")
     p.add_argument("--encoder-source", choices=["cifar100", "cifar10", "pacs32"],
                    help="CIFAR statistics: the cross-trained encoder to use (default: the other CIFAR, as in the paper)")
-    p.add_argument("--statistic", help="what conditioned models receive: eigenvalues (default, the paper's) or random "
+    p.add_argument("--statistic", help="what conditioned models receive: eigenvalues (default, the paper's), class_means "
+                   "(label frequencies and projected class means: sees label permutations and rotations) or random "
                    "(the control: a random vector per client, no data)")
+    p.add_argument("--holdout-clients", type=int, help="per cluster, clients kept out of training and evaluated as "
+                   "newcomers with their own statistic (unseen accuracy reported beside the seen one)")
 
 
 GROUPS_HELP = ("E1 / E2a class grouping: semantic (default: classes of one kind together), blocks (consecutive "

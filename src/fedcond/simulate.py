@@ -49,14 +49,23 @@ def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None, see
     """Raw statistics [N, l] (protocol.statistic: the eigenvalues, or the random control drawn
     from `seed` and the client ids) and the normalised model input [N, l] (float32)."""
     fed = scenario.federation
-    if protocol.statistic == "random":
-        raw = S.random_vectors(list(range(fed.num_clients)), protocol.num_eigenvalues, seed)
-        return raw, torch.as_tensor(S.normalise(raw, protocol.stats_normalisation), dtype=torch.float32)
-    raw = S.client_statistics(
-        [c.x_train for c in fed.clients], [c.y_train for c in fed.clients], fed.num_classes,
-        l=protocol.num_eigenvalues, phi=feature_map(fed, protocol, data_dir), method=protocol.stats_method,
-    )
+    raw = raw_statistics(fed, protocol, data_dir, seed)
     return raw, torch.as_tensor(S.normalise(raw, protocol.stats_normalisation), dtype=torch.float32)
+
+
+def raw_statistics(fed, protocol: Protocol, data_dir=None, seed: int = 0, clients=None, ids=None) -> np.ndarray:
+    """Each client's statistic before normalisation [N, dim], computed from its own data alone;
+    `clients` (default: the federation's) with their ids `ids` (the random control's draw)."""
+    clients = fed.clients if clients is None else clients
+    ids = list(range(len(clients))) if ids is None else list(ids)
+    if protocol.statistic == "random":
+        return S.random_vectors(ids, protocol.num_eigenvalues, seed)
+    phi = feature_map(fed, protocol, data_dir)
+    if protocol.statistic == "class_means":
+        rows = [S.class_means(phi(c.x_train), c.y_train, fed.num_classes) for c in clients]
+        return np.stack(rows) if rows else np.zeros((0, S.statistic_dim("class_means", 0, fed.num_classes)))
+    return S.client_statistics([c.x_train for c in clients], [c.y_train for c in clients], fed.num_classes,
+                               l=protocol.num_eigenvalues, phi=phi, method=protocol.stats_method)
 
 
 def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float], float]:
@@ -97,7 +106,9 @@ def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: i
     return Context(
         federation=fed,
         plain_model=plain,
-        conditioned_model=dataclasses.replace(plain, stat_dim=protocol.num_eigenvalues) if alg.conditioned else None,
+        conditioned_model=(dataclasses.replace(plain, stat_dim=S.statistic_dim(protocol.statistic, protocol.num_eigenvalues,
+                                                                                fed.num_classes))
+                           if alg.conditioned else None),
         engine=engine or make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size)),
         seed=seed,
         local_epochs=protocol.local_epochs if alg.federated else 1,
@@ -128,6 +139,15 @@ def run_method(
     else:
         alg = method
     method = method if isinstance(method, str) else type(alg).__name__
+    unseen = None
+    if protocol.holdout_clients:  # newcomers: out of training, evaluated at the end (holdout.py)
+        from .holdout import hold_out
+
+        scenario, unseen = hold_out(scenario, protocol.holdout_clients)
+        stats = None  # the training population's own statistics
+    train_raw = None
+    if alg.conditioned and stats is None:
+        train_raw, stats = client_statistics(scenario, protocol, data_dir, seed)
     ctx = make_context(scenario, alg, protocol, seed, engine, stats, data_dir)
     rounds = ctx.rounds  # federated: epochs / local_epochs rounds; pooled: one epoch per round
     state = alg.init(ctx)
@@ -141,6 +161,11 @@ def run_method(
     per_client, weighted = evaluate(eval_ctx, state, alg.conditioned)
     extra = dict(state.extra.get("metrics", {}))
     extra["cluster_accuracy"] = cluster_accuracy(scenario, per_client)
+    if unseen is not None:
+        from .holdout import evaluate_unseen, unseen_statistics
+
+        s_new = unseen_statistics(ctx, protocol, unseen, train_raw, data_dir, seed) if alg.conditioned else None
+        extra.update(evaluate_unseen(eval_ctx, alg, state, unseen, scenario.truth.cluster, s_new))
     if "assignment" in state.extra:  # clustering methods: how well they recovered the true clusters
         from sklearn.metrics import adjusted_rand_score
 

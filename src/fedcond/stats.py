@@ -82,17 +82,61 @@ def random_vectors(client_ids: list[int], l: int, seed: int) -> np.ndarray:
     return np.stack(rows) if rows else np.zeros((0, l))
 
 
+PROJECTION_SEED = 0xC1A55  # public: every client (a newcomer too) draws the same basis
+PROJECTIONS_PER_CLASS = 3
+
+
+def public_projection(d: int, m: int = PROJECTIONS_PER_CLASS) -> torch.Tensor:
+    """A fixed, public random basis [d, m] (Gaussian, scaled by 1/sqrt(d)), the same on every client."""
+    g = torch.Generator().manual_seed(PROJECTION_SEED + d)
+    return torch.randn(d, m, generator=g, dtype=torch.float64) / d**0.5
+
+
+def class_means(features: torch.Tensor, labels: torch.Tensor, num_classes: int,
+                m: int = PROJECTIONS_PER_CLASS) -> np.ndarray:
+    """The class-means statistic of one client: its label frequencies (C values), then each class's
+    mean feature vector projected onto the public basis (C x m values), in label order; a class the
+    client does not hold gives zeros. [C * (1 + m)].
+
+    Why: the eigenvalues of [phi(x), onehot(y)] cannot tell clusters apart whose data differ by an
+    orthogonal change of basis (a label permutation, E3b; a pixel permutation such as a rotation by
+    a multiple of 90 degrees, E2b) or by a mean shift (the covariance is centred). Class means in
+    label order move under all three. Cost: one pass over the data, fixed size, local."""
+    f = features.to(torch.float64)
+    y = labels.to(torch.int64)
+    counts = torch.bincount(y, minlength=num_classes).to(torch.float64)  # [C]
+    sums = torch.zeros(num_classes, f.shape[1], dtype=torch.float64).index_add_(0, y, f)  # [C, d]
+    means = sums / counts.clamp_min(1)[:, None]
+    projected = means @ public_projection(f.shape[1], m)  # [C, m]
+    return torch.cat([counts / max(1, len(y)), projected.flatten()]).numpy()
+
+
 # --statistic NAME: what a conditioned model receives (the paper's eigenvalues by default)
 STATISTICS = {
     "eigenvalues": "top-l eigenvalues of the covariance of [phi(x), onehot(y)] (the paper's)",
+    "class_means": "label frequencies and class-mean features projected on a public random basis, in label order",
     "random": "control: a random vector per client from (seed, client id); no data used",
 }
+
+
+def statistic_dim(name: str, num_eigenvalues: int, num_classes: int) -> int:
+    """The width of a statistic: l for the eigenvalues and the control, C (1 + m) for class means."""
+    return num_classes * (1 + PROJECTIONS_PER_CLASS) if name == "class_means" else num_eigenvalues
 
 
 def check_statistic(name: str) -> str:
     if name not in STATISTICS:
         raise FedcondError(f"unknown statistic '{name}'; choose {', '.join(STATISTICS)}")
     return name
+
+
+def normalise_with(raw: np.ndarray, population: np.ndarray, how: str = "zscore") -> np.ndarray:
+    """Normalise clients that were not part of `population` with the population's parameters (a
+    newcomer's statistic: the z-score's mean and std come from the training clients)."""
+    if how == "zscore":
+        mean, std = population.mean(axis=0), population.std(axis=0)
+        return (raw - mean) / np.where(std > 0, std, 1.0)
+    return normalise(raw, how)
 
 
 def normalise(raw: np.ndarray, how: str = "zscore") -> np.ndarray:

@@ -40,6 +40,7 @@ def session_runs(spec, n: int, checkpoint: str) -> dict:
         "FedAvg": run("FedAvg"), "IFCA": run("IFCA"), "FedProx": run("FedProx"), "SCAFFOLD": run("SCAFFOLD"),
         "FedDyn": run("FedDyn"),
         "Conditional": run("Conditional-FedAvg"),
+        "Conditional-class_means": run("Conditional-FedAvg", TWO_ROUNDS.replace(statistic="class_means")),
         "Conditional-log": run("Conditional-FedAvg", normalisation="log"),
         "Ditto": run("Ditto"),
         "dropout": run("FedAvg", drop=((1, 1),), min_replies=5),  # client 1 fails in round 2

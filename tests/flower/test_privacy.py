@@ -81,9 +81,10 @@ def test_the_search_finds_a_planted_statistics_vector():
     assert not leaks([np.random.default_rng(1).normal(size=10_000)], [0.5], {"s": s})
 
 
-def test_no_statistics_reach_the_server(fl_scenario, flower_session):
-    result, received = flower_session["Conditional"]
-    raw, s = client_statistics(fl_scenario, TWO_ROUNDS)
+@pytest.mark.parametrize("run,statistic", [("Conditional", "eigenvalues"), ("Conditional-class_means", "class_means")])
+def test_no_statistics_reach_the_server(fl_scenario, flower_session, run, statistic):
+    result, received = flower_session[run]
+    raw, s = client_statistics(fl_scenario, TWO_ROUNDS.replace(statistic=statistic))
     vectors = {f"client {i} raw": raw[i] for i in range(len(raw))}
     vectors.update({f"client {i} s": s[i].numpy().astype(np.float64) for i in range(len(s))})
     kinds = {m.metadata.message_type for m in received}
@@ -92,7 +93,7 @@ def test_no_statistics_reach_the_server(fl_scenario, flower_session):
     for m in received:
         found += [f"{m.metadata.message_type}: {f}" for f in leaks(*payloads(m), vectors)]
     arrays = sum(len(payloads(m)[0]) for m in received)
-    print(f"\nprivacy: {len(received)} messages received by the server ({arrays} arrays) searched for "
+    print(f"\nprivacy ({statistic}): {len(received)} messages received by the server ({arrays} arrays) searched for "
           f"{len(vectors)} statistics vectors; leaks found: {len(found)}")
     assert found == []
 

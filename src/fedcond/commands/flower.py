@@ -20,6 +20,7 @@ def add_parser(sub, positive_int) -> None:
         p.add_argument("--fraction", type=float, default=1.0, help="keep this share of every split (default 1)")
         p.add_argument("--normalisation", choices=["secure-zscore", "log"], default="secure-zscore",
                        help="Conditional's statistics: z-score from a masked secure sum (default) or log(1+v) per client")
+        p.add_argument("--statistic", help="what Conditional receives: eigenvalues (default), class_means or random")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--data-dir")
         p.add_argument("--min-replies", type=positive_int, default=1, help="a round with fewer replying clients stops the run")
@@ -81,7 +82,7 @@ def make_run(args):
         raise FedcondError(f"{method} trains on pooled data or needs the true clusters; over Flower use a server-topology "
                            "method (FedAvg, Conditional-FedAvg, Ditto, IFCA, FedProx, SCAFFOLD, FedDyn)")
     spec = exp.spec(seed=args.seed, data_dir=args.data_dir, fraction=args.fraction)
-    protocol = PAPER.replace(epochs=args.epochs, local_epochs=args.local_epochs)
+    protocol = PAPER.replace(epochs=args.epochs, local_epochs=args.local_epochs, statistic=args.statistic)
     dp = DPConfig(args.dp_noise, args.dp_clip, args.dp_delta) if args.dp_noise is not None else None
     clients = spec.build().federation.num_clients  # one SuperNode per client
     return FlowerRun(spec=spec, method=method, clients=clients, protocol=protocol, rounds=args.rounds, seed=args.seed,

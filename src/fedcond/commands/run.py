@@ -36,6 +36,7 @@ def run_command(args) -> int:
     protocol = PAPER.replace(
         epochs=args.epochs, local_epochs=args.local_epochs, lr=args.lr, momentum=args.momentum, conditioning=args.conditioning,
         stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source, statistic=args.statistic,
+        holdout_clients=args.holdout_clients,
     )
     experiment, protocol_name = None, None
     if args.experiment:
@@ -76,11 +77,19 @@ def run_command(args) -> int:
     if args.json:
         print(json.dumps({"results": [
             {"method": r.method, "accuracy": r.accuracy, "accuracy_std": r.accuracy_std,
-             "weighted_accuracy": r.weighted_accuracy, "per_client": r.per_client, "seconds": r.seconds}
+             "weighted_accuracy": r.weighted_accuracy, "per_client": r.per_client, "seconds": r.seconds,
+             **({"unseen_accuracy": r.extra["unseen_accuracy"], "unseen_per_client": r.extra["unseen_per_client"]}
+                if "unseen_accuracy" in r.extra else {})}
             for r in out
         ]}))
     else:
-        print(f"{'method':20s} {'accuracy':>9s} {'± clients':>9s} {'weighted':>9s} {'seconds':>8s}")
+        held = protocol.holdout_clients > 0
+        print(f"{'method':20s} {'accuracy':>9s} {'± clients':>9s} {'weighted':>9s} {'seconds':>8s}"
+              + (f" {'unseen':>9s}" if held else ""))
         for r in out:
-            print(f"{r.method:20s} {r.accuracy:9.4f} {r.accuracy_std:9.4f} {r.weighted_accuracy:9.4f} {r.seconds:8.1f}")
+            unseen = (f" {r.extra['unseen_accuracy']:9.4f}" if "unseen_accuracy" in r.extra else f" {'n/a':>9s}") if held else ""
+            print(f"{r.method:20s} {r.accuracy:9.4f} {r.accuracy_std:9.4f} {r.weighted_accuracy:9.4f} {r.seconds:8.1f}{unseen}")
+        if held:
+            print(f"(accuracy: the training clients'; unseen: {protocol.holdout_clients} client(s) per cluster held out of "
+                  "training; n/a: the method has no model for a newcomer)")
     return 0

@@ -108,18 +108,15 @@ def hello(msg: Message, context: Context) -> Message:
 
 
 def _raw_stats(context: Context) -> np.ndarray:
-    """This client's eigenvalue vector, computed once and kept in its node state."""
+    """This client's statistic (protocol.statistic), computed once from its own data and kept in
+    its node state."""
     rec = context.state.get("fedcond.stats")
     if rec is not None:
         return rec["raw"].numpy().copy()
-    from ..simulate import feature_map
+    from ..simulate import raw_statistics
 
-    run, _, fed, me = _my_data(context)
-    p = run.protocol
-    if p.statistic != "eigenvalues":
-        raise FedcondError(f"the Flower client computes the eigenvalue statistic only, not '{p.statistic}'")
-    raw = S.client_statistics([me.x_train], [me.y_train], fed.num_classes, l=p.num_eigenvalues,
-                              phi=feature_map(fed, p, run.spec.data_dir), method=p.stats_method)[0]
+    run, index, fed, me = _my_data(context)
+    raw = raw_statistics(fed, run.protocol, run.spec.data_dir, run.seed, clients=[me], ids=[index])[0]
     context.state["fedcond.stats"] = ArrayRecord({"raw": torch.from_numpy(raw)})
     return raw
 

@@ -25,6 +25,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 
 from ..algorithms import Context, State, hyperparameters, make_algorithm
 from ..engine import Job, JobResult, SGDConfig
+from .. import stats as S
 from ..errors import FedcondError
 from ..models import ModelSpec
 from ..scenarios.federation import Federation
@@ -240,13 +241,14 @@ def serve(grid, run: FlowerRun, log: Callable[[str], None] = _to_stderr) -> dict
     fed = Federation(first["family"], first["dataset"], clients, first["num_classes"], tuple(first["input_shape"]),
                      tuple(first["mean"]), tuple(first["std"]))
     protocol = run.protocol
+    stat_dim = S.statistic_dim(protocol.statistic, protocol.num_eigenvalues, fed.num_classes)
     if alg.conditioned:
-        secure_normalisation(exchange, list(range(run.clients)), protocol.num_eigenvalues, run.normalisation, log)
+        secure_normalisation(exchange, list(range(run.clients)), stat_dim, run.normalisation, log)
     plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
     engine = FlowerEngine(exchange, SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), run.min_replies)
     ctx = ServerContext(
         federation=fed, plain_model=plain,
-        conditioned_model=dataclasses.replace(plain, stat_dim=protocol.num_eigenvalues) if alg.conditioned else None,
+        conditioned_model=dataclasses.replace(plain, stat_dim=stat_dim) if alg.conditioned else None,
         engine=engine, seed=run.seed, local_epochs=protocol.local_epochs, rounds=run.num_rounds, stats=None, truth=None,
     )
     ckpt_path = Path(run.checkpoint) if run.checkpoint else None

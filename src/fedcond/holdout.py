@@ -1,0 +1,87 @@
+"""Clients the model has never seen: held out of training, evaluated with what training produced.
+
+`--holdout-clients N` takes the last N clients of every true cluster out of the federation before
+training. Each computes its own statistic from its own data (the statistics are local, so a
+newcomer can), normalised with the training population's z-score parameters (it took no part
+in the secure sum), and is evaluated on its own test set with the model the method would give a
+newcomer: the one global model (FedAvg, Conditional, Conditional-FedAvg and other single-model
+methods, Conditional with the newcomer's statistic), its true cluster's model (Oracle). Methods
+whose models belong to the training clients (Local, Ditto, Gossip, DAC) have nothing to give a
+newcomer and report no unseen accuracy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from . import stats as S
+from .algorithms import Algorithm, Context, State
+from .engine import predict
+from .errors import FedcondError
+from .protocol import Protocol
+from .scenarios import Scenario
+
+
+@dataclasses.dataclass(frozen=True)
+class Unseen:
+    """The held-out clients: their index in the full scenario, data and true cluster."""
+
+    ids: tuple[int, ...]
+    clients: tuple
+    cluster: np.ndarray
+
+
+def hold_out(scenario: Scenario, per_cluster: int) -> tuple[Scenario, Unseen]:
+    """The scenario without the last `per_cluster` clients of each true cluster, and those clients."""
+    fed, truth = scenario.federation, scenario.truth
+    held = []
+    for k in range(truth.num_clusters):
+        members = np.flatnonzero(truth.cluster == k)
+        if len(members) <= per_cluster:
+            raise FedcondError(f"--holdout-clients {per_cluster}: cluster {k} has only {len(members)} clients; "
+                               "at least one must stay in training")
+        held += members[-per_cluster:].tolist()
+    held = sorted(held)
+    kept = [i for i in range(fed.num_clients) if i not in set(held)]
+    train = Scenario(dataclasses.replace(fed, clients=tuple(fed.clients[i] for i in kept)),
+                     dataclasses.replace(truth, cluster=truth.cluster[kept]))
+    return train, Unseen(tuple(held), tuple(fed.clients[i] for i in held), truth.cluster[held])
+
+
+def newcomer_model(alg: Algorithm, state: State, train_cluster: np.ndarray, cluster: int) -> int | None:
+    """The model index a newcomer of true cluster `cluster` gets, or None where the method has none to give."""
+    if alg.needs_truth:  # Oracle: its cluster's model, the one its cluster's training clients use
+        members = np.flatnonzero(train_cluster == cluster)
+        return state.assignment[int(members[0])]
+    if len(state.models) == 1:
+        return 0
+    return None
+
+
+def unseen_statistics(ctx: Context, protocol: Protocol, unseen: Unseen, train_raw: np.ndarray, data_dir, seed: int):
+    """The newcomers' statistics [n, dim], each from its own data, normalised with the training population's."""
+    from .simulate import raw_statistics
+
+    raw = raw_statistics(ctx.federation, protocol, data_dir, seed, clients=list(unseen.clients), ids=unseen.ids)
+    return torch.as_tensor(S.normalise_with(raw, train_raw, protocol.stats_normalisation), dtype=torch.float32)
+
+
+def evaluate_unseen(ctx: Context, alg: Algorithm, state: State, unseen: Unseen, train_cluster: np.ndarray,
+                    stats: torch.Tensor | None) -> dict:
+    """{"unseen_accuracy", "unseen_per_client", "unseen_clients"}; empty where the method has no
+    model for a newcomer."""
+    model = ctx.spec(alg.conditioned).build()
+    scores = ctx.supervision.collapse if ctx.supervision is not None else None
+    per_client = []
+    for j, (client, k) in enumerate(zip(unseen.clients, unseen.cluster)):
+        g = newcomer_model(alg, state, train_cluster, int(k))
+        if g is None:
+            return {}
+        s = stats[j].expand(client.n_test, -1) if alg.conditioned else None
+        pred = predict(model, state.models[g], client.x_test, s, scores=scores)
+        per_client.append(float((pred == client.y_test).float().mean()) if client.n_test else 0.0)
+    return {"unseen_accuracy": float(np.mean(per_client)), "unseen_per_client": per_client,
+            "unseen_clients": list(unseen.ids)}

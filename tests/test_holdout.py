@@ -1,0 +1,57 @@
+"""Clients never seen in training: held out per cluster, evaluated with their own statistic."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedcond import data
+from fedcond.errors import FedcondError
+from fedcond.holdout import hold_out
+from fedcond.protocol import Protocol
+from fedcond.scenarios import make_scenario
+from fedcond.simulate import run_method
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return make_scenario("E1", "digits", lambda n: data.load("digits"), k=2, clients_per_cluster=3, seed=0)
+
+
+def test_hold_out_takes_the_last_clients_of_every_cluster(digits):
+    train, unseen = hold_out(digits, 1)
+    cluster = digits.truth.cluster
+    expected = sorted(int(np.flatnonzero(cluster == k)[-1]) for k in range(2))
+    assert list(unseen.ids) == expected and list(unseen.cluster) == [cluster[i] for i in expected]
+    assert train.federation.num_clients == 4 and sorted(train.truth.cluster.tolist()) == [0, 0, 1, 1]
+    kept = [c for i, c in enumerate(digits.federation.clients) if i not in expected]
+    assert all(a is b for a, b in zip(train.federation.clients, kept))
+    with pytest.raises(FedcondError, match="at least one must stay"):
+        hold_out(digits, 3)
+
+
+@pytest.mark.parametrize("statistic", ["eigenvalues", "class_means", "random"])
+def test_newcomers_are_evaluated_with_their_own_statistic(digits, statistic):
+    proto = Protocol(epochs=3, batch_size=32, holdout_clients=1, statistic=statistic)
+    res = run_method(digits, "Conditional", proto, seed=0)
+    assert len(res.per_client) == 4 and len(res.extra["unseen_per_client"]) == 2
+    assert 0.0 <= res.extra["unseen_accuracy"] <= 1.0 and res.extra["unseen_clients"] == list(hold_out(digits, 1)[1].ids)
+
+
+def test_methods_without_a_model_for_a_newcomer_report_none(digits):
+    proto = Protocol(epochs=2, batch_size=32, holdout_clients=1)
+    assert "unseen_accuracy" not in run_method(digits, "Local", proto, seed=0).extra
+    oracle = run_method(digits, "Oracle", proto, seed=0)
+    assert "unseen_accuracy" in oracle.extra
+    fedavg = run_method(digits, "FedAvg", proto, seed=0)
+    assert "unseen_accuracy" in fedavg.extra
+
+
+def test_a_newcomer_gets_its_own_random_vector_and_the_training_population_normalisation():
+    from fedcond import stats as S
+
+    raw = S.random_vectors([0, 1, 2, 3], 8, seed=0)
+    new = S.random_vectors([5], 8, seed=0)
+    z = S.normalise_with(new, raw)
+    assert np.allclose(z, (new - raw.mean(0)) / raw.std(0))
+    assert not any(np.allclose(new[0], r) for r in raw)
+    assert torch.is_tensor(torch.as_tensor(z))
