@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="Markdown tables and figures from the results database, beside the published numbers")
     rep.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
     rep.add_argument("--out", default="report", help="output folder (default ./report)")
+    rep.add_argument("--explanations", help="CSV (experiment, method, explanation) of why cells differ from the "
+                     "published values by more than 3 pp (default: explanations.csv beside the database, if present)")
     rep.add_argument("--protocol", help="only this protocol's rows (default: all, each in its own tables)")
 
     st = sub.add_parser("study", help="the earlier study (SPEC Part B): synthetic tasks and EMNIST, printed as tables")
@@ -211,7 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             from .report import write_report
 
-            print(write_report(args.db, args.out, args.protocol))
+            explanations = args.explanations
+            if explanations is None and args.db:
+                from pathlib import Path
+
+                explanations = Path(args.db).with_name("explanations.csv")
+            print(write_report(args.db, args.out, args.protocol, explanations))
             return 0
     except FedcondError as e:
         print(f"fedcond: error: {e}", file=sys.stderr)

@@ -243,3 +243,26 @@ def test_header_names_the_database_as_given(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = write_report(Path("r.sqlite"), tmp_path / "out").read_text()
     assert "- Database: `r.sqlite`" in text
+
+
+def test_cells_beyond_3pp_are_listed_with_their_explanation_or_marked_unexplained(tmp_path):
+    con = results.connect(tmp_path / "r.sqlite")
+    pub_gossip = published("XI", "mnist", "K=2,super_sparse", "Gossip")
+    pub_fedavg = published("XI", "mnist", "K=2,super_sparse", "FedAvg")
+    save(con, "E1/mnist/K=2/super_sparse", "Gossip", 0, pub_gossip + 0.20)  # far off, explained
+    save(con, "E1/mnist/K=2/super_sparse", "FedAvg", 0, pub_fedavg - 0.05)  # far off, not explained
+    save(con, "E1/mnist/K=2/super_sparse", "Oracle", 0, published("XI", "mnist", "K=2,super_sparse", "Oracle") + 0.01)
+    save(con, "E3b/mnist/K=2/rich", "Conditional", 0, 0.99, protocol="paper[statistic=random]")
+    save(con, "E3b/mnist/K=2/rich", "Conditional", 0, 0.98)
+    con.close()
+    why = tmp_path / "explanations.csv"
+    why.write_text("experiment,method,explanation\nE1/mnist/K=2/super_sparse,Gossip,seed spread (seeds 1-2)\n")
+    text = write_report(tmp_path / "r.sqlite", tmp_path / "out", explanations=why).read_text()
+    section = text.split("### Cells more than 3 pp")[1].split("###")[0]
+    assert "2 cells; 1 unexplained" in section
+    assert "| XI | E1/mnist/K=2/super_sparse | Gossip |" in section and "seed spread (seeds 1-2)" in section
+    assert "| XI | E1/mnist/K=2/super_sparse | FedAvg |" in section and "**unexplained**" in section
+    assert "Oracle" not in section
+    control = text.split("### Control: Conditional with a random vector")[1].split("###")[0]
+    assert "| E3b/mnist/K=2/rich | 98.0 | 99.0 |" in control
+    assert "protocol `paper` with statistic=random" in text

@@ -156,6 +156,33 @@ def published_table(t: PublishedTable, protocol: str | None, cells: dict, label:
     return lines + _table(head, rows) + [""]
 
 
+GAP_PP = 3.0  # a cell this far (percentage points) from its published value is listed with its explanation
+
+
+def gaps_section(published: list, protocol: str | None, cells: dict, explanations: dict, label: str) -> list[str]:
+    """Every run cell more than GAP_PP from its published value, with its explanation (from the
+    explanations file: experiment, method -> text with its evidence) or marked unexplained."""
+    rows, seen = [], set()
+    for t in published:
+        for dataset, setting, exp in t.rows:
+            for m in t.methods:
+                c = cells.get((protocol, exp, m)) if exp else None
+                pub = t.values.get((dataset, setting, m))
+                if c is None or c.mean is None or pub is None or (exp, m) in seen:
+                    continue
+                seen.add((exp, m))  # a setting in two tables is listed once
+                diff = c.mean - pub
+                if abs(diff) * 100 > GAP_PP:
+                    why = explanations.get((exp, m)) or explanations.get((exp, "*")) or "**unexplained**"
+                    rows.append([f"{t.table}", exp, m, ours_text(c), f"{100 * pub:.1f}", pp(diff), why])
+    lines = [f"### Cells more than {GAP_PP:g} pp from the published value, {label}", ""]
+    if not rows:
+        return lines + ["None among the cells run.", ""]
+    lines += [f"{len(rows)} cells; {sum(r[-1] == '**unexplained**' for r in rows)} unexplained. Explanations come from "
+              "`docs/results/explanations.csv` and name their evidence.", ""]
+    return lines + _table(["table", "experiment", "method", "ours", "published", "difference", "explanation"], rows) + [""]
+
+
 def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, ...], label: str) -> list[str]:
     """Our experiments without a published table: the registry's (E2b, E4a), every one listed so
     progress shows, and any experiment name the registry does not know."""

@@ -15,7 +15,19 @@ from .data import cells as make_cells
 from .data import paper_results, protocol_order, published_tables, read_database
 
 
-def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name: str | None = None) -> Path:
+def read_explanations(path: str | Path | None) -> dict:
+    """(experiment, method) -> explanation text; method '*' covers every method of the experiment.
+    A CSV with columns experiment, method, explanation; a missing file explains nothing."""
+    import csv
+
+    if path is None or not Path(path).is_file():
+        return {}
+    with open(path, newline="", encoding="utf-8") as f:
+        return {(r["experiment"].strip(), r["method"].strip()): r["explanation"].strip() for r in csv.DictReader(f)}
+
+
+def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name: str | None = None,
+                 explanations: str | Path | None = None) -> Path:
     """Write `out_dir/report.md` and its PNG figures; return the report's path.
 
     One section per protocol in the database (a smoke run is labelled as such in every heading,
@@ -40,6 +52,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
         groups = sorted({r["protocol_name"] for r in ok + failed if r["experiment"] is not None}, key=protocol_order)
     cells = make_cells(ok, failed)
     published = published_tables(paper_results())
+    why = read_explanations(explanations)
 
     lines = md.header(db, protocol_name)
     runs_exist = bool(groups) and (protocol_name is None or bool(ok or failed))
@@ -58,6 +71,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
             lines += [note, ""]
         for t in published:
             lines += md.published_table(t, p, cells, label)
+        lines += md.gaps_section(published, p, cells, why, label)
         lines += md.unpublished(p, cells, PAPER_METHODS, label)
         lines += md.control_section(p, cells, published)
         lines += md.ari_section(p, cells, label)
