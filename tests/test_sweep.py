@@ -123,3 +123,8 @@ def test_superseded_rows_leave_the_tables_and_are_run_again(tmp_path):
     results.save_run(con, family="E1", dataset="mnist", scenario={}, method="Gossip", seed=0, protocol={}, result=None,
                      experiment="E1/mnist/K=2/rich", protocol_name="paper", status="failed", error="rerun")  # no clash
     con.close()
+
+
+def test_an_exact_name_selects_that_experiment_only():
+    assert [e.name for e in select("E4a/mnist+fmnist/clients=10")] == ["E4a/mnist+fmnist/clients=10"]
+    assert len(select("E4a/mnist+fmnist/clients=1")) == 2  # not a name: text inside names (10, 100)

@@ -208,7 +208,13 @@ def select(pattern: str) -> list[Experiment]:
     """Experiments whose name matches a glob (`E1/mnist/*`) or contains the text; else a clear error
     naming the closest names."""
     pats = [p.strip() for p in pattern.split(",") if p.strip()]
-    hits = [e for e in EXPERIMENTS.values() if any(fnmatch.fnmatch(e.name, p) or (not any(c in p for c in "*?[") and p in e.name) for p in pats)]
+
+    def matches(name: str, p: str) -> bool:
+        if any(c in p for c in "*?["):
+            return fnmatch.fnmatch(name, p)
+        return name == p if p in EXPERIMENTS else p in name  # an exact name means that one only
+
+    hits = [e for e in EXPERIMENTS.values() if any(matches(e.name, p) for p in pats)]
     if not hits:
         close = difflib.get_close_matches(pattern, list(EXPERIMENTS), n=5, cutoff=0.3)
         raise FedcondError(f"no experiment matches '{pattern}'" + (f"; closest: {', '.join(close)}" if close else ""))
