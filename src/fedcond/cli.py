@@ -50,6 +50,8 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--statistic", help="what conditioned models receive: eigenvalues (default, the paper's), class_means "
                    "(label frequencies and projected class means: sees label permutations and rotations) or random "
                    "(the control: a random vector per client, no data)")
+    p.add_argument("--eval-every", type=int, help="evaluate every N rounds: the accuracy curve and the best round are "
+                   "stored with the row (default 0: after the last round only)")
     p.add_argument("--holdout-clients", type=int, help="per cluster, clients kept out of training and evaluated as "
                    "newcomers with their own statistic (unseen accuracy reported beside the seen one)")
 

@@ -57,7 +57,7 @@ PROTOCOLS: dict[str, tuple[Protocol, float]] = {  # name -> (protocol, fraction 
 # `paper[encoder_source=pacs32,groups=blocks]`, so it never takes the place of the preset's cell
 # and a report never mixes the two.
 PROTOCOL_OPTIONS = ("epochs", "local_epochs", "lr", "momentum", "conditioning", "stats_normalisation", "encoder_source",
-                    "statistic", "holdout_clients")
+                    "statistic", "holdout_clients", "eval_every")
 SCENARIO_OPTIONS = ("groups",)
 
 

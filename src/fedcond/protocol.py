@@ -28,6 +28,7 @@ class Protocol:
     #   partner (cifar10 <- cifar100, cifar100 <- cifar10); on machines without CIFAR-100 use pacs32
     statistic: str = "eigenvalues"  # what conditioned models receive (stats.STATISTICS); random: the fingerprint control
     holdout_clients: int = 0  # per true cluster, kept out of training and evaluated as newcomers (holdout.py)
+    eval_every: int = 0  # evaluate every this many rounds (and after the last): the curve, best-round accuracy; 0: final only
 
     @property
     def rounds(self) -> int:
@@ -41,6 +42,8 @@ class Protocol:
             raise FedcondError(f"lr must be positive, got {self.lr}")
         if not 0 <= self.momentum < 1:
             raise FedcondError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.eval_every < 0:
+            raise FedcondError(f"eval_every must be >= 0, got {self.eval_every}")
         if self.holdout_clients < 0:
             raise FedcondError(f"holdout_clients must be >= 0, got {self.holdout_clients}")
         from .stats import check_statistic

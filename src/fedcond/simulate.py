@@ -95,6 +95,11 @@ def cluster_accuracy(scenario: Scenario, per_client: list[float]) -> dict[str, f
     return out
 
 
+def _evaluation_context(alg: Algorithm, ctx: Context, state: State) -> Context:
+    """The context to evaluate `state` in (JDFL's: its head collapsed to the C classes)."""
+    return alg.evaluation_context(ctx, state) if hasattr(alg, "evaluation_context") else ctx
+
+
 def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: int = 0,
                  engine: Engine | None = None, stats: torch.Tensor | None = None, data_dir=None) -> Context:
     """What `alg` may see of `scenario`: the clients' data, the model specs, the engine; the
@@ -151,16 +156,25 @@ def run_method(
     ctx = make_context(scenario, alg, protocol, seed, engine, stats, data_dir)
     rounds = ctx.rounds  # federated: epochs / local_epochs rounds; pooled: one epoch per round
     state = alg.init(ctx)
+    curve = []  # [round, mean accuracy over clients] every protocol.eval_every rounds, and after the last
     for r in range(rounds):
         state = alg.round(ctx, state, r)
         if not np.isfinite(state.train_loss):
             raise FedcondError(f"{method} diverged in round {r + 1} (training loss {state.train_loss})")
+        if protocol.eval_every and ((r + 1) % protocol.eval_every == 0 or r + 1 == rounds):
+            curve.append([r + 1, float(np.mean(evaluate(_evaluation_context(alg, ctx, state), state, alg.conditioned)[0]))])
         if on_round is not None:
             on_round(r, state)
-    eval_ctx = alg.evaluation_context(ctx, state) if hasattr(alg, "evaluation_context") else ctx
+    eval_ctx = _evaluation_context(alg, ctx, state)
     per_client, weighted = evaluate(eval_ctx, state, alg.conditioned)
     extra = dict(state.extra.get("metrics", {}))
     extra["cluster_accuracy"] = cluster_accuracy(scenario, per_client)
+    for name, index in state.extra.get("alternates", {}).items():  # another model the method keeps (FedDyn's theta)
+        other = dataclasses.replace(state, assignment=(index,) * len(state.assignment))
+        extra[f"{name}_accuracy"] = float(np.mean(evaluate(eval_ctx, other, alg.conditioned)[0]))
+    if curve:
+        best = max(range(len(curve)), key=lambda j: curve[j][1])  # the first round reaching the maximum
+        extra.update(curve=curve, best_round=curve[best][0], best_accuracy=curve[best][1])
     if unseen is not None:
         from .holdout import evaluate_unseen, unseen_statistics
 

@@ -181,12 +181,12 @@ def test_scaffold_round_by_hand(server_lr, participation):
 def test_feddyn_round_by_hand(participation):
     ctx = tiny_ctx()
     alpha = 0.3
-    alg = FedDyn(alpha=alpha, participation=participation)
+    alg = FedDyn(alpha=alpha, participation=participation, max_grad_norm=None)  # clipping: its own test
     s0 = alg.init(ctx)
     theta = {**rand_params(1, 0.5), "gain": s0.models[0]["gain"]}
     h = rand_params(2)
     grad = tuple(rand_params(3 + i) for i in range(3))
-    state = State(models=(theta,), assignment=s0.assignment, extra={"h": h, "grad": grad})
+    state = State(models=(theta, theta), assignment=s0.assignment, extra={"h": h, "grad": grad})
     s1 = alg.round(ctx, state, 0)
 
     active = participants(ctx, 0, participation)
@@ -203,6 +203,44 @@ def test_feddyn_round_by_hand(participation):
     assert_close(s1.extra["h"], want_h)
     for k in range(3):
         assert_close(s1.extra["grad"][k], want_grad[k] if k in active else grad[k])
+
+
+def test_feddyn_reports_the_clients_average_and_records_the_server_model():
+    """As the authors' code: clients predict with the plain average of the local models; theta^t
+    (average - h / alpha), which the next round starts from, is evaluated beside it."""
+    ctx = tiny_ctx()
+    alg = FedDyn(alpha=0.3)
+    s1 = alg.round(ctx, alg.init(ctx), 0)
+    theta, average = s1.models
+    assert set(s1.assignment) == {1} and s1.extra["alternates"] == {"server_model": 0}
+    assert_close({p: average[p] - s1.extra["h"][p] / 0.3 for p in NAMES}, {p: theta[p] for p in NAMES}, atol=1e-6)
+    s2 = alg.round(ctx, s1, 1)
+    server = FedDyn(alpha=0.3, evaluate="server")
+    t1 = server.round(ctx, server.init(ctx), 0)
+    assert set(t1.assignment) == {0} and t1.extra["alternates"] == {"client_average": 1}
+    assert all(torch.equal(a, b) for a, b in zip(t1.models[0].values(), theta.values()))  # same training either way
+    assert s2.round == 2
+    with pytest.raises(FedcondError):
+        FedDyn(evaluate="best")
+
+
+def test_gradient_clipping_bounds_every_step():
+    from fedcond.engine import Job, SGDConfig, train_job
+
+    ctx = tiny_ctx()
+    spec = ctx.spec(False)
+    model = spec.build()
+    c = ctx.federation.clients[0]
+    job = Job(params=model.state_dict(), x=c.x_train, y=c.y_train, s=None, epochs=1, seed=(0,))
+    free = train_job(spec.build(), job, SGDConfig(momentum=0.0, batch_size=8))
+    loose = train_job(spec.build(), job, SGDConfig(momentum=0.0, batch_size=8, max_grad_norm=1e9))
+    tight = train_job(spec.build(), job, SGDConfig(momentum=0.0, batch_size=8, max_grad_norm=1e-4))
+    assert all(torch.equal(free.params[k], loose.params[k]) for k in free.params)  # a bound never reached changes nothing
+    def moved(res):
+        return sum(float((res.params[k].double() - job.params[k].double()).norm() ** 2) for k in NAMES) ** 0.5
+
+    assert moved(tight) <= 0.01 * 1e-4 * free.steps * 1.05  # lr * max_norm per step at most (float32 differences)
+    assert moved(free) > 100 * moved(tight)
 
 
 # ---- FedDC -------------------------------------------------------------------------------------

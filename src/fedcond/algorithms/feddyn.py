@@ -23,9 +23,17 @@ Convention, following the authors' code where it is more specific than the paper
   the averages over clients are uniform, not size-weighted.
 - The code stores -grad_k / alpha_k (the summed drifts); we store grad_k itself, the paper's
   quantity. Same iterates.
-Deviations from the code: no gradient clipping (the code clips at norm 10), no weight decay and no
-learning-rate decay across rounds (the protocol's optimiser, SGD with momentum, is used for every
-method). Buffers (batch-norm statistics) are averaged uniformly and carry no state.
+- Gradient clipping: the code clips every local step's gradient at norm 10
+  (`torch.nn.utils.clip_grad_norm_(parameters=model.parameters(), max_norm=max_norm)`, max_norm 10);
+  so does `max_grad_norm=10` here (the default; None switches it off). The clipped gradient is the
+  whole one, the dynamic regulariser's terms included, as in the code where they are in the loss.
+- What is evaluated: the code broadcasts theta^t (`cld_mdl_param`) but reports the accuracy of the
+  plain average of the clients' models (`avg_mdl_param`, "all_clients" / "sel_clients" model).
+  `evaluate="average"` (the default) does the same and records the server model theta^t's
+  accuracy beside it (extra `server_model_accuracy`); `evaluate="server"` swaps the two.
+Deviations from the code: no weight decay and no learning-rate decay across rounds (the
+protocol's optimiser is used for every method). Buffers (batch-norm statistics) are averaged
+uniformly and carry no state.
 
 Momentum: the terms -grad_k + alpha_k (theta - theta^{t-1}) are added to each minibatch gradient
 before the optimiser step, so momentum optimises the same local objective; the state updates come
@@ -35,6 +43,7 @@ correction.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -51,6 +60,8 @@ from .scaffold import zeros_like_params
 class FedDyn:
     alpha: float = 0.01  # dynamic-regulariser weight (the code's alpha_coef)
     participation: float = 1.0  # fraction of clients that train each round
+    max_grad_norm: float | None = 10.0  # the authors' code clips local gradients at norm 10; None: no clipping
+    evaluate: str = "average"  # average: the clients' plain average (what the code reports); server: theta^t
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
@@ -59,7 +70,19 @@ class FedDyn:
     def __post_init__(self):
         if self.alpha <= 0:
             raise FedcondError(f"FedDyn alpha must be positive (the server divides by it), got {self.alpha}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise FedcondError(f"FedDyn max_grad_norm must be positive or None, got {self.max_grad_norm}")
+        if self.evaluate not in ("average", "server"):
+            raise FedcondError(f"FedDyn evaluate must be average or server, got '{self.evaluate}'")
         check_participation(self.participation)
+
+    def _state(self, theta, average, n: int, **kw) -> State:
+        """models: (theta^t, the clients' plain average); clients predict with the one `evaluate` names,
+        the other is evaluated beside it (extra["alternates"])."""
+        main, other = (1, 0) if self.evaluate == "average" else (0, 1)
+        alt = {1: "client_average", 0: "server_model"}[other]
+        return State(models=(theta, average), assignment=(main,) * n, extra={**kw.pop("extra"), "alternates": {alt: other}},
+                     **kw)
 
     def client_alphas(self, ctx: Context) -> np.ndarray:
         """alpha_k = alpha / (n_k / mean n) for every client k."""
@@ -71,7 +94,7 @@ class FedDyn:
         names = parameter_names(ctx.spec(self.conditioned))
         n = ctx.federation.num_clients
         zero = zeros_like_params(theta, names)
-        return State(models=(theta,), assignment=(0,) * n, extra={"h": zero, "grad": (zero,) * n})
+        return self._state(theta, theta, n, extra={"h": zero, "grad": (zero,) * n})
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         theta = state.models[0]
@@ -79,9 +102,10 @@ class FedDyn:
         names = tuple(h)
         alphas = self.client_alphas(ctx)
         active = participants(ctx, r, self.participation)
+        clip = {} if self.max_grad_norm is None else {"sgd": dataclasses.replace(ctx.sgd, max_grad_norm=self.max_grad_norm)}
         jobs = [
             ctx.job(theta, (k,), self.conditioned, seed=(r, k),
-                    regulariser=Regulariser(mu=float(alphas[k]), anchor=theta, linear={p: -grad[k][p] for p in names}))
+                    regulariser=Regulariser(mu=float(alphas[k]), anchor=theta, linear={p: -grad[k][p] for p in names}), **clip)
             for k in active
         ]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
@@ -99,5 +123,4 @@ class FedDyn:
         new_theta = {p: mean[p] - new_h[p] / self.alpha if p in new_h else mean[p] for p in mean}
         sizes = ctx.federation.sizes()[list(active)]
         loss = float(np.average([res.mean_loss for res in results], weights=sizes))
-        return State(models=(new_theta,), assignment=state.assignment, round=r + 1, train_loss=loss,
-                     extra={"h": new_h, "grad": tuple(new_grad)})
+        return self._state(new_theta, mean, m, round=r + 1, train_loss=loss, extra={"h": new_h, "grad": tuple(new_grad)})

@@ -27,7 +27,8 @@ Provenance and choices:
   hyper-parameter `rounds`; it must equal the protocol's number of rounds (default 20 = 20 epochs
   of 1 local epoch). Past T the weight of L_pc stays 0.
 - No separate projection head: z is our backbone's FC-hidden layer, so every method trains the
-  same network. tau = 0.5 by default (MOON's value), an assumption.
+  same network. tau = 1 by default, the public re-implementation's value (the paper gives none; 0.5, MOON's,
+  was the earlier assumption: `FedProc(temperature=0.5)`).
 
 Momentum: the loss replaces cross-entropy as the job's `loss_fn`; momentum optimises it unchanged.
 Cost: one extra forward pass over each participant's data per round, in this process, for the
@@ -96,7 +97,7 @@ def class_feature_sums(model, params: Params, x: torch.Tensor, y: torch.Tensor, 
 @dataclass(frozen=True)
 class FedProc:
     rounds: int | None = None  # T, which weights the two losses; None: the run's number of rounds
-    temperature: float = 0.5  # tau of the prototypical contrastive loss
+    temperature: float = 1.0  # tau of the prototypical contrastive loss (the public re-implementation's)
     participation: float = 1.0  # fraction of clients that train each round
 
     conditioned: ClassVar[bool] = False

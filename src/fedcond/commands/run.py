@@ -36,7 +36,7 @@ def run_command(args) -> int:
     protocol = PAPER.replace(
         epochs=args.epochs, local_epochs=args.local_epochs, lr=args.lr, momentum=args.momentum, conditioning=args.conditioning,
         stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source, statistic=args.statistic,
-        holdout_clients=args.holdout_clients,
+        holdout_clients=args.holdout_clients, eval_every=args.eval_every,
     )
     experiment, protocol_name = None, None
     if args.experiment:

@@ -30,6 +30,7 @@ class SGDConfig:
     momentum: float = 0.9
     batch_size: int = 64
     weight_decay: float = 0.0
+    max_grad_norm: float | None = None  # clip each step's whole gradient (regulariser terms included) to this norm
 
 
 @dataclass
@@ -169,6 +170,8 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
         loss.backward()
         if job.regulariser is not None:
             job.regulariser.apply(named)
+        if sgd.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, sgd.max_grad_norm)
         opt.step()
         losses.append(loss.detach())
         if (step + 1) % per_epoch == 0:

@@ -22,8 +22,9 @@ from torch.func import functional_call, grad, vmap
 from .local_sgd import Job, JobResult, LoopEngine, SGDConfig, batch_order, clone_params
 
 
-def _supported(job: Job, buffers: dict) -> bool:
-    return job.loss_fn is None and not buffers
+def _supported(job: Job, buffers: dict, sgd: SGDConfig) -> bool:
+    """What the stacked update implements; other jobs (own losses, batch norm, gradient clipping) run in the loop."""
+    return job.loss_fn is None and not buffers and (job.sgd or sgd).max_grad_norm is None
 
 
 class VmapEngine:
@@ -57,7 +58,7 @@ class VmapEngine:
         out: list[JobResult | None] = [None] * len(jobs)
         groups: dict[tuple, list[int]] = {}
         for i, job in enumerate(jobs):
-            if _supported(job, buffers):
+            if _supported(job, buffers, self.sgd):
                 sgd = job.sgd or self.sgd
                 key = (sgd, job.s is not None, job.regulariser is not None, job.momentum is not None)
                 groups.setdefault(key, []).append(i)
