@@ -60,11 +60,12 @@ def test_a_newcomer_gets_its_own_random_vector_and_the_training_population_norma
 def test_per_round_evaluation_stores_the_curve_and_the_best_round(digits):
     res = run_method(digits, "FedAvg", Protocol(epochs=3, batch_size=32, eval_every=1), seed=0)
     curve = res.extra["curve"]
-    assert [r for r, _ in curve] == [1, 2, 3] and curve[-1][1] == res.accuracy
-    assert res.extra["best_accuracy"] == max(a for _, a in curve)
-    assert curve[[r for r, _ in curve].index(res.extra["best_round"])][1] == res.extra["best_accuracy"]
+    assert [r for r, _, _ in curve] == [1, 2, 3] and curve[-1][1:] == [res.accuracy, res.weighted_accuracy]
+    assert res.extra["best_accuracy"] == max(a for _, a, _ in curve)
+    assert res.extra["best_weighted_accuracy"] == max(w for _, _, w in curve)
+    assert curve[[r for r, _, _ in curve].index(res.extra["best_round"])][1] == res.extra["best_accuracy"]
     every_two = run_method(digits, "FedAvg", Protocol(epochs=3, batch_size=32, eval_every=2), seed=0).extra["curve"]
-    assert [r for r, _ in every_two] == [2, 3] and every_two == [curve[1], curve[2]]  # the last round always
+    assert [r for r, _, _ in every_two] == [2, 3] and every_two == [curve[1], curve[2]]  # the last round always
     assert "curve" not in run_method(digits, "FedAvg", Protocol(epochs=2, batch_size=32), seed=0).extra
 
 

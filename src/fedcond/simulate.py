@@ -156,13 +156,14 @@ def run_method(
     ctx = make_context(scenario, alg, protocol, seed, engine, stats, data_dir)
     rounds = ctx.rounds  # federated: epochs / local_epochs rounds; pooled: one epoch per round
     state = alg.init(ctx)
-    curve = []  # [round, mean accuracy over clients] every protocol.eval_every rounds, and after the last
+    curve = []  # [round, mean accuracy over clients, over all test samples] every eval_every rounds and after the last
     for r in range(rounds):
         state = alg.round(ctx, state, r)
         if not np.isfinite(state.train_loss):
             raise FedcondError(f"{method} diverged in round {r + 1} (training loss {state.train_loss})")
         if protocol.eval_every and ((r + 1) % protocol.eval_every == 0 or r + 1 == rounds):
-            curve.append([r + 1, float(np.mean(evaluate(_evaluation_context(alg, ctx, state), state, alg.conditioned)[0]))])
+            pc, w = evaluate(_evaluation_context(alg, ctx, state), state, alg.conditioned)
+            curve.append([r + 1, float(np.mean(pc)), float(w)])
         if on_round is not None:
             on_round(r, state)
     eval_ctx = _evaluation_context(alg, ctx, state)
@@ -172,9 +173,11 @@ def run_method(
     for name, index in state.extra.get("alternates", {}).items():  # another model the method keeps (FedDyn's theta)
         other = dataclasses.replace(state, assignment=(index,) * len(state.assignment))
         extra[f"{name}_accuracy"] = float(np.mean(evaluate(eval_ctx, other, alg.conditioned)[0]))
-    if curve:
-        best = max(range(len(curve)), key=lambda j: curve[j][1])  # the first round reaching the maximum
-        extra.update(curve=curve, best_round=curve[best][0], best_accuracy=curve[best][1])
+    if curve:  # the first round reaching each maximum
+        best = max(range(len(curve)), key=lambda j: curve[j][1])
+        best_w = max(range(len(curve)), key=lambda j: curve[j][2])
+        extra.update(curve=curve, best_round=curve[best][0], best_accuracy=curve[best][1],
+                     best_weighted_round=curve[best_w][0], best_weighted_accuracy=curve[best_w][2])
     if unseen is not None:
         from .holdout import evaluate_unseen, unseen_statistics
 
