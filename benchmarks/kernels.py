@@ -52,7 +52,8 @@ def child(reps: int) -> None:
                 model.use_cpu_kernels()
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=True)
 
-            def step(model=model, opt=opt):
+            def step(model=model, opt=opt, enabled=enabled):
+                cpu_kernels._enabled = enabled or {}  # pool kernels are gated at call time too
                 opt.zero_grad()
                 F.cross_entropy(model(x, s), y).backward()
                 opt.step()

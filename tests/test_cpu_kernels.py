@@ -285,7 +285,8 @@ def test_variants_offered_follow_the_cpu_flags():
 
 
 def _timings(slower: set[str]) -> dict:
-    return {name: {"kernel_ms": 2.0 if name in slower else 1.0, "stock_ms": 1.5} for name in selfcheck.KERNELS}
+    return {name: {"kernel_ms": 2.0 if name in slower else 1.0, "stock_ms": 1.5,
+                   **({"alternative_ms": 1.4} if name in selfcheck.FUSED else {})} for name in selfcheck.KERNELS}
 
 
 @pytest.fixture
@@ -337,8 +338,9 @@ def test_self_check_runs_once_per_build_and_is_cached_beside_it(fresh_dispatch, 
     calls = fresh_dispatch({"first_block"})
     assert not cpu_kernels.enabled("first_block") and cpu_kernels.enabled("conv_pool")
     library = Path(cpu_kernels.status()["library"])
-    record = json.loads(library.with_name(library.stem + ".selfcheck.json").read_text())
+    record = json.loads(selfcheck.record_path(library).read_text())
     assert record["timings"] == _timings({"first_block"}) and record["key"]["torch"] == torch.__version__
+    assert record["key"]["cpu"] == build.cpu_model() and record["measured_at"]
     monkeypatch.setattr(cpu_kernels, "_tried", False)  # a new process: reads the record, measures nothing
     assert not cpu_kernels.enabled("first_block") and len(calls) == 1
     monkeypatch.setattr(cpu_kernels, "_tried", False)
@@ -351,11 +353,37 @@ def test_decision_rule():
     del timings["winograd_64_64"]
     decided = selfcheck.decide(timings)
     assert decided["pool_relu"] is False and decided["winograd_64_64"] is False and decided["first_block"] is True
-    tie = {name: {"kernel_ms": 1.0, "stock_ms": 1.0} for name in selfcheck.KERNELS}
-    assert not any(selfcheck.decide(tie).values())  # a tie keeps the stock layers
+    near = {name: {"kernel_ms": 0.99, "stock_ms": 1.0} for name in selfcheck.KERNELS}
+    assert not any(selfcheck.decide(near).values())  # within 3%: the stock layers
+    # a fused kernel must also beat what runs without it, where its component kernels are on
+    fused = _timings(set())
+    fused["conv_pool"].update(kernel_ms=1.2, alternative_ms=1.0)  # faster than stock (1.5), slower than Winograd + pool
+    assert selfcheck.decide(fused)["conv_pool"] is False
+    fused["pool_relu"]["kernel_ms"] = 2.0  # the pool kernel off: the alternative is not what would run
+    assert selfcheck.decide(fused)["conv_pool"] is True
 
 
-def test_the_real_self_check_times_every_kernel(ext):
-    timings = selfcheck.measure(batch=2, reps=1)
+def test_the_real_self_check_times_every_kernel_even_under_no_grad(ext):
+    with torch.no_grad():
+        timings = selfcheck.measure(batch=2, reps=1)
     assert set(timings) == set(selfcheck.KERNELS)
     assert all(v["kernel_ms"] > 0 and v["stock_ms"] > 0 for v in timings.values())
+    assert all("alternative_ms" in timings[name] for name in selfcheck.FUSED)
+
+
+def test_an_unwritable_cache_or_a_foreign_variant_falls_back_to_the_stock_layers(monkeypatch, tmp_path):
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no compiler")
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv(build.CACHE_ENV, str(blocked / "cache"))  # a directory under a file: cannot be made
+    with pytest.raises(build.BuildError, match="cannot build"):
+        build.compile_variant("portable")
+    assert not build.runnable("avx2", {"sse2"}) and build.runnable("portable", set())
+
+
+def test_unknown_mode_values_warn_and_off_spellings_switch_off():
+    code = ("import warnings; from fedcond.models import cpu_kernels; "
+            "warnings.simplefilter('error'); assert cpu_kernels.extension() is None; "
+            "assert cpu_kernels.status()['mode'] == '0'")
+    subprocess.run([sys.executable, "-c", code], env=dict(os.environ, FEDCOND_CPU_KERNELS="off"), check=True)

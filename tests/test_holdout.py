@@ -37,13 +37,27 @@ def test_newcomers_are_evaluated_with_their_own_statistic(digits, statistic):
     assert 0.0 <= res.extra["unseen_accuracy"] <= 1.0 and res.extra["unseen_clients"] == list(hold_out(digits, 1)[1].ids)
 
 
+def test_the_random_control_names_every_client_by_its_id_in_the_full_scenario(digits):
+    """A newcomer's vector must not be a training client's: ids are the full scenario's."""
+    from fedcond.simulate import client_statistics
+
+    proto = Protocol(statistic="random")
+    train, unseen = hold_out(digits, 1)
+    full, _ = client_statistics(digits, proto, seed=3)
+    kept, _ = client_statistics(train, proto, seed=3, ids=unseen.kept)
+    assert np.array_equal(kept, full[list(unseen.kept)])
+    assert not any(np.allclose(full[i], k) for i in unseen.ids for k in kept)
+
+
 def test_methods_without_a_model_for_a_newcomer_report_none(digits):
     proto = Protocol(epochs=2, batch_size=32, holdout_clients=1)
     assert "unseen_accuracy" not in run_method(digits, "Local", proto, seed=0).extra
-    oracle = run_method(digits, "Oracle", proto, seed=0)
-    assert "unseen_accuracy" in oracle.extra
+    oracle = run_method(digits, "Oracle", Protocol(epochs=4, batch_size=32, holdout_clients=1), seed=0)
+    # E1: the clusters hold disjoint classes, so the other cluster's model would score ~0 on a newcomer
+    assert min(oracle.extra["unseen_per_client"]) > 0.5
     fedavg = run_method(digits, "FedAvg", proto, seed=0)
     assert "unseen_accuracy" in fedavg.extra
+    assert "unseen_accuracy" in run_method(digits, "FedDyn", proto, seed=0).extra  # two models, one assigned to all
 
 
 def test_a_newcomer_gets_its_own_random_vector_and_the_training_population_normalisation():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 
@@ -216,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             from .report import write_report
 
             explanations = args.explanations
+            if explanations is not None and not os.path.isfile(explanations):
+                raise FedcondError(f"no explanations file at {explanations}")
             if explanations is None and args.db:
                 from pathlib import Path
 
@@ -304,19 +307,14 @@ def _sweep(args) -> int:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
         raise FedcondError(f"--seeds takes a comma list of whole numbers, got '{args.seeds}'") from None
-    changes = {k: getattr(args, k) for k in PROTOCOL_OPTIONS + SCENARIO_OPTIONS}
-    pname = variant_name(args.protocol, changes)
-    protocol_of(pname)  # validates the options before anything runs
+    changes = {k: getattr(args, k) for k in PROTOCOL_OPTIONS + SCENARIO_OPTIONS if getattr(args, k) is not None}
+    protocol_of(variant_name(args.protocol, {k: v for k, v in changes.items() if k in PROTOCOL_OPTIONS}))  # validates
     experiments = select(args.pattern)
-    if pname != args.protocol and any(e.kind == "study" for e in experiments):
-        raise FedcondError(f"the earlier study's cells (MCDC/*) take no protocol options, got {pname}")
-    if args.groups is not None:  # check the grouping against every experiment it applies to, before anything runs
-        grouped = [e for e in experiments if e.family in ("E1", "E2a")]
-        if not grouped:
-            raise FedcondError("--groups applies to E1 and E2a experiments only")
-        for e in grouped:
-            e.spec(groups=args.groups).resolved_groups()
-    cells = plan(experiments, args.methods, seeds, pname)
+    if changes and any(e.kind == "study" for e in experiments):
+        raise FedcondError("the earlier study's cells (MCDC/*) take no protocol options")
+    if args.groups is not None and not any(e.family in ("E1", "E2a") and e.dataset != "cifar100" for e in experiments):
+        raise FedcondError("--groups applies to E1 and E2a experiments only (not CIFAR-100's fixed superclasses)")
+    cells = plan(experiments, args.methods, seeds, args.protocol, changes)  # checks every option against every experiment
     if args.dry_run:
         return _sweep_dry_run(cells, args.db)
     counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray)

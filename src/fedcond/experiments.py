@@ -73,12 +73,44 @@ def variant_name(preset: str, changes: dict) -> str:
     return preset + (f"[{','.join(f'{k}={kept[k]}' for k in order if k in kept)}]" if kept else "")
 
 
+def clients_per_cluster(exp: Experiment) -> int:
+    """How many clients each true cluster has (E4a: two datasets; E4b: 2C clusters)."""
+    if exp.clients_per_cluster is not None:
+        return exp.clients_per_cluster
+    if exp.clients is not None:
+        return exp.clients // (2 if exp.family == "E4a" else 2 * (exp.k or 2))
+    return 5
+
+
+def cell_changes(exp: Experiment, changes: dict) -> dict:
+    """The options that apply to `exp`, checked against it and normalised, so that one scenario gets
+    one cell name: a grouping only for E1 / E2a (not CIFAR-100's fixed superclasses), dropped where
+    it equals the default; a hold-out only where every cluster keeps a training client."""
+    from .scenarios import groupings as G
+
+    out = {k: v for k, v in changes.items() if v is not None}
+    if "groups" in out:
+        groups = str(out["groups"]).strip()
+        if exp.family not in ("E1", "E2a") or exp.dataset == "cifar100":
+            del out["groups"]
+        else:
+            resolved = exp.spec(groups=groups).resolved_groups()
+            if resolved == exp.spec().resolved_groups():
+                del out["groups"]  # the default grouping: the plain cell
+            else:
+                out["groups"] = groups.lower() if groups.lower() in G.GROUPINGS else resolved
+    if out.get("holdout_clients") and exp.kind == "train" and out["holdout_clients"] >= clients_per_cluster(exp):
+        raise FedcondError(f"--holdout-clients {out['holdout_clients']}: {exp.name} has {clients_per_cluster(exp)} clients "
+                           "per cluster, and at least one must stay in training")
+    return out
+
+
 def parse_variant(name: str) -> tuple[str, dict]:
     """`paper[lr=0.02,groups=0,1|2,3]` -> ("paper", {"lr": 0.02, "groups": "0,1|2,3"}); values typed as the Protocol's."""
     preset, _, rest = name.partition("[")
     changes: dict = {}
     if rest:
-        if not rest.endswith("]"):
+        if not rest.endswith("]") or not re.match(r"^\w+=", rest):
             raise FedcondError(f"bad protocol name '{name}'")
         body, fields = rest[:-1], {f.name: f for f in dataclasses.fields(Protocol)}
         keys = [m for m in re.finditer(r"(?:^|,)(\w+)=", body)]
@@ -89,8 +121,11 @@ def parse_variant(name: str) -> tuple[str, dict]:
                 changes[key] = value
             elif key in PROTOCOL_OPTIONS:
                 kind = str(fields[key].type)
-                changes[key] = (int(value) if kind == "int" else float(value) if kind == "float"
-                                else None if value == "None" else value)
+                try:
+                    changes[key] = (int(value) if kind == "int" else float(value) if kind == "float"
+                                    else None if value == "None" else value)
+                except ValueError:
+                    raise FedcondError(f"bad protocol name '{name}': {key} takes a number, got '{value}'") from None
             else:
                 raise FedcondError(f"bad protocol name '{name}': unknown option '{key}'")
     return preset, changes

@@ -27,11 +27,13 @@ from .scenarios import Scenario
 
 @dataclasses.dataclass(frozen=True)
 class Unseen:
-    """The held-out clients: their index in the full scenario, data and true cluster."""
+    """The held-out clients: their index in the full scenario, data and true cluster; and the
+    training clients' indices in the full scenario (what names a client's random control vector)."""
 
     ids: tuple[int, ...]
     clients: tuple
     cluster: np.ndarray
+    kept: tuple[int, ...] = ()
 
 
 def hold_out(scenario: Scenario, per_cluster: int) -> tuple[Scenario, Unseen]:
@@ -48,7 +50,7 @@ def hold_out(scenario: Scenario, per_cluster: int) -> tuple[Scenario, Unseen]:
     kept = [i for i in range(fed.num_clients) if i not in set(held)]
     train = Scenario(dataclasses.replace(fed, clients=tuple(fed.clients[i] for i in kept)),
                      dataclasses.replace(truth, cluster=truth.cluster[kept]))
-    return train, Unseen(tuple(held), tuple(fed.clients[i] for i in held), truth.cluster[held])
+    return train, Unseen(tuple(held), tuple(fed.clients[i] for i in held), truth.cluster[held], tuple(kept))
 
 
 def newcomer_model(alg: Algorithm, state: State, train_cluster: np.ndarray, cluster: int) -> int | None:
@@ -56,8 +58,8 @@ def newcomer_model(alg: Algorithm, state: State, train_cluster: np.ndarray, clus
     if alg.needs_truth:  # Oracle: its cluster's model, the one its cluster's training clients use
         members = np.flatnonzero(train_cluster == cluster)
         return state.assignment[int(members[0])]
-    if len(state.models) == 1:
-        return 0
+    if len(set(state.assignment)) == 1:  # every client predicts with one model (FedAvg, Conditional, FedDyn's average)
+        return state.assignment[0]
     return None
 
 

@@ -45,11 +45,12 @@ def feature_map(fed, protocol: Protocol, data_dir=None):
     raise FedcondError(f"no feature map for client statistics of {fed.input_shape} images")
 
 
-def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None, seed: int = 0) -> tuple[np.ndarray, torch.Tensor]:
+def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None, seed: int = 0,
+                      ids=None) -> tuple[np.ndarray, torch.Tensor]:
     """Raw statistics [N, l] (protocol.statistic: the eigenvalues, or the random control drawn
-    from `seed` and the client ids) and the normalised model input [N, l] (float32)."""
+    from `seed` and the client ids, by default 0..N-1) and the normalised model input [N, l] (float32)."""
     fed = scenario.federation
-    raw = raw_statistics(fed, protocol, data_dir, seed)
+    raw = raw_statistics(fed, protocol, data_dir, seed, ids=ids)
     return raw, torch.as_tensor(S.normalise(raw, protocol.stats_normalisation), dtype=torch.float32)
 
 
@@ -151,8 +152,8 @@ def run_method(
         scenario, unseen = hold_out(scenario, protocol.holdout_clients)
         stats = None  # the training population's own statistics
     train_raw = None
-    if alg.conditioned and stats is None:
-        train_raw, stats = client_statistics(scenario, protocol, data_dir, seed)
+    if alg.conditioned and stats is None:  # held out: the training clients keep their ids in the full scenario
+        train_raw, stats = client_statistics(scenario, protocol, data_dir, seed, ids=unseen.kept if unseen else None)
     ctx = make_context(scenario, alg, protocol, seed, engine, stats, data_dir)
     rounds = ctx.rounds  # federated: epochs / local_epochs rounds; pooled: one epoch per round
     state = alg.init(ctx)

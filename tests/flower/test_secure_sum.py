@@ -63,3 +63,18 @@ def test_masks_come_from_the_chacha20_keystream():
     a, b = secure_sum.new_keypair(), secure_sum.new_keypair()
     assert secure_sum._mask(a[0], b[1], 3) == secure_sum._mask(b[0], a[1], 3)  # both ends of a pair agree
     assert all(0 <= m < secure_sum.MODULUS for m in secure_sum._mask(a[0], b[1], 3))
+
+
+def test_a_jobs_optimiser_crosses_the_wire_whole():
+    """FedDyn's clipping must reach the client: every SGDConfig field survives encode/decode."""
+    pytest.importorskip("flwr")
+    import torch
+
+    from fedcond.engine import Job, SGDConfig
+    from fedcond.flower.wire import decode_jobs, encode_jobs
+
+    sgd = SGDConfig(lr=0.02, momentum=0.5, batch_size=16, weight_decay=1e-4, max_grad_norm=10.0)
+    params = {"w": torch.ones(2)}
+    job = Job(params=params, x=torch.zeros(0), y=torch.zeros(0), s=None, epochs=1, seed=(0,), sgd=sgd)
+    decoded = decode_jobs(encode_jobs([job], "{}"), {})
+    assert decoded[0]["sgd"] == sgd

@@ -266,3 +266,14 @@ def test_cells_beyond_3pp_are_listed_with_their_explanation_or_marked_unexplaine
     control = text.split("### Control: Conditional with a random vector")[1].split("###")[0]
     assert "| E3b/mnist/K=2/rich | 98.0 | 99.0 |" in control
     assert "protocol `paper` with statistic=random" in text
+
+
+def test_a_malformed_explanations_file_is_one_clear_error(tmp_path):
+    db = build_db(tmp_path / "r.sqlite")
+    bad = tmp_path / "why.csv"
+    bad.write_text("exp,method,why\nE1/mnist/K=2/rich,FedAvg,x\n")
+    with pytest.raises(FedcondError, match="no column experiment, explanation"):
+        write_report(db, tmp_path / "out", explanations=bad)
+    from fedcond.cli import main
+
+    assert main(["report", "--db", str(db), "--out", str(tmp_path / "o2"), "--explanations", str(tmp_path / "none.csv")]) == 2

@@ -19,7 +19,7 @@ def facts(recheck: bool = False) -> dict:
     if recheck:  # forget this build's timings: the self-check below measures again
         variant = os.environ.get(cpu_kernels.VARIANT_ENV, "native").strip().lower() or "native"
         if variant in build.VARIANTS:
-            selfcheck.record_path(build.library_path(variant)).unlink(missing_ok=True)
+            selfcheck.record_path(build.library_path(variant)).unlink(missing_ok=True)  # this environment's record
     status = cpu_kernels.status()  # builds and self-checks on first use (seconds, once per machine)
     timings = status.get("timings", {})
     kernels = {}
@@ -27,7 +27,8 @@ def facts(recheck: bool = False) -> dict:
         t = timings.get(name)
         kernels[name] = {"on": status["enabled"][name], "replaces": what,
                          **({"kernel_ms": round(t["kernel_ms"], 3), "stock_ms": round(t["stock_ms"], 3),
-                             "speedup": round(t["stock_ms"] / t["kernel_ms"], 2)} if t else {})}
+                             "speedup": round(t["stock_ms"] / t["kernel_ms"], 2)} if t else {}),
+                         **({"without_it_ms": round(t["alternative_ms"], 3)} if t and "alternative_ms" in t else {})}
     return {
         "cpu": build.cpu_model(),
         "machine": platform.machine(),
@@ -45,7 +46,11 @@ def facts(recheck: bool = False) -> dict:
             "vector_width": status.get("vector_width"),
             "library": status.get("library"),
             "not_built": status.get("reason"),
-            "self_check": f"batch {selfcheck.BATCH}, 1 thread, forward + backward, median of {selfcheck.REPS}",
+            "self_check": (f"batch {selfcheck.BATCH}, 1 thread, forward + backward, median of {selfcheck.REPS} interleaved "
+                           f"runs (one where a kernel is over {selfcheck.GIVE_UP:g}x slower); on where at least "
+                           f"{100 * (1 - selfcheck.MARGIN):.0f}% faster"),
+            "measured_at": status.get("measured_at"),
+            "cached": status.get("cached"),
             "each": kernels,
         },
     }
@@ -69,10 +74,13 @@ def doctor_command(args) -> int:
     if k["mode"] == "all":
         print("                 self-check skipped (FEDCOND_CPU_KERNELS=all): every kernel on")
     else:
-        print(f"                 self-check: {k['self_check']}; a kernel is on only where faster than stock")
+        when = f"measured {k['measured_at']}" + (" (cached)" if k["cached"] else " (just now)") if k["measured_at"] else ""
+        print(f"                 self-check: {k['self_check']}; {when}")
     for name, e in k["each"].items():
         timing = (f"{e['kernel_ms']:8.2f} ms against stock {e['stock_ms']:8.2f} ms = {e['speedup']:.2f}x"
                   if "speedup" in e else "")
+        if "without_it_ms" in e:
+            timing += f" (without it {e['without_it_ms']:.2f} ms)"
         print(f"  {name:16s} {'on ' if e['on'] else 'off'}  {timing:52s} {e['replaces']}")
     sys.stdout.flush()
     return 0

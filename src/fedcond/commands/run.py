@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import sys
 
 from tqdm import tqdm
@@ -18,7 +19,7 @@ from ..run import ScenarioSpec, default_workers, rounds_of, run_methods
 def scenario_spec(args, default_k: int) -> ScenarioSpec:
     """The scenario that the command line's --scenario/--dataset/--k/... arguments name."""
     k = args.k
-    if k is None and args.groups and "|" in args.groups:  # explicit groups say how many clusters
+    if k is None and args.groups and "|" in args.groups and args.family.lower() == "e1":  # E1: one cluster per group
         k = args.groups.count("|") + 1
     return ScenarioSpec(
         family=args.family, dataset=args.dataset,
@@ -46,8 +47,16 @@ def run_command(args) -> int:
         if not matches:
             raise FedcondError(f"--experiment takes one exact name, e.g. {select(args.experiment)[0].name}")
         experiment = matches[0]
+        from ..experiments import PROTOCOL_OPTIONS, SCENARIO_OPTIONS, cell_changes, variant_name
+
         spec = experiment.spec(args.seed, args.data_dir, groups=args.groups)
-        protocol_name = next((n for n, (p, frac) in PROTOCOLS.items() if p == protocol and frac == 1.0), "custom")
+        if args.groups is not None and spec.groups is None:
+            raise FedcondError(f"--groups applies to E1 and E2a only, not to {experiment.family}")
+        # named as a sweep names the same cell, so sweeps skip it and reports never mix it with another
+        changes = {k: v for k, v in dataclasses.asdict(protocol).items()
+                   if k in PROTOCOL_OPTIONS and v != getattr(PROTOCOLS["paper"][0], k)}
+        changes.update({k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k) is not None})
+        protocol_name = variant_name("paper", cell_changes(experiment, changes))
     else:
         spec = scenario_spec(args, default_k=5)
     scenario = spec.build()  # fails fast, with a clear message, before any worker starts
@@ -63,11 +72,15 @@ def run_command(args) -> int:
     try:
         for res in run_methods(spec, methods, protocol, args.seed, workers, on_round=lambda m, r: bar.update(1),
                                device=args.device, scenario=scenario):
-            results.save_run(
-                con, family=fed.family, dataset=fed.dataset, scenario=spec.describe(), method=res.method,
-                seed=args.seed, protocol=dataclasses.asdict(protocol), result=res, device=args.device,
-                experiment=experiment.name if experiment else None, protocol_name=protocol_name,
-            )
+            try:
+                results.save_run(
+                    con, family=fed.family, dataset=fed.dataset, scenario=spec.describe(), method=res.method,
+                    seed=args.seed, protocol=dataclasses.asdict(protocol), result=res, device=args.device,
+                    experiment=experiment.name if experiment else None, protocol_name=protocol_name,
+                )
+            except sqlite3.IntegrityError:
+                raise FedcondError(f"{experiment.name} {res.method} seed {args.seed} [{protocol_name}] is already in "
+                                   f"{args.db or results.default_db_path()}; use another --db or --seed") from None
             out.append(res)
             bar.write(f"  {res.method}: accuracy {res.accuracy:.4f} ({res.seconds:.1f} s)", file=sys.stderr)
     finally:

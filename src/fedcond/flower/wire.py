@@ -72,7 +72,8 @@ def encode_jobs(jobs: list[Job], spec_json: str, kind: str = "train", **extra) -
             "seed": list(job.seed),
             "momentum": blobs.ref(job.momentum),
             "keep_momentum": job.keep_momentum,
-            "sgd": None if job.sgd is None else [job.sgd.lr, job.sgd.momentum, job.sgd.batch_size, job.sgd.weight_decay],
+            "sgd": None if job.sgd is None else [job.sgd.lr, job.sgd.momentum, job.sgd.batch_size, job.sgd.weight_decay,
+                                                 job.sgd.max_grad_norm],
             "reg": None if reg is None else {"mu": reg.mu, "anchor": blobs.ref(reg.anchor), "linear": blobs.ref(reg.linear)},
         })
     content = RecordDict({**blobs.records})
@@ -101,7 +102,7 @@ def decode_jobs(content: RecordDict, held: dict[str, Params]) -> list[dict]:
             "seed": tuple(j["seed"]),
             "momentum": get(j["momentum"]),
             "keep_momentum": bool(j["keep_momentum"]),
-            "sgd": None if j["sgd"] is None else SGDConfig(j["sgd"][0], j["sgd"][1], int(j["sgd"][2]), j["sgd"][3]),
+            "sgd": None if j["sgd"] is None else SGDConfig(*j["sgd"][:2], int(j["sgd"][2]), *j["sgd"][3:]),
             "regulariser": None if reg is None else Regulariser(mu=reg["mu"], anchor=get(reg["anchor"]), linear=get(reg["linear"])),
             "held_slot": j["params"]["held"] if isinstance(j["params"], dict) else None,
         })

@@ -113,7 +113,7 @@ class _Block(nn.Module):
 
     def finish(self, h: torch.Tensor) -> torch.Tensor:
         """What follows the conv (and FiLM's modulation): the compiled pool kernel where switched on."""
-        if self.kernel and cpu_kernels.enabled("pool_relu") and cpu_kernels.usable(h):
+        if self.kernel and cpu_kernels.usable(h) and cpu_kernels.enabled("pool_relu"):  # usable first: never builds here
             return cpu_kernels.PoolReLU.apply(h)
         return self.rest(h)
 

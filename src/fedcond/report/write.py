@@ -23,7 +23,17 @@ def read_explanations(path: str | Path | None) -> dict:
     if path is None or not Path(path).is_file():
         return {}
     with open(path, newline="", encoding="utf-8") as f:
-        return {(r["experiment"].strip(), r["method"].strip()): r["explanation"].strip() for r in csv.DictReader(f)}
+        reader = csv.DictReader(f)
+        missing = {"experiment", "method", "explanation"} - set(reader.fieldnames or ())
+        if missing:
+            raise FedcondError(f"explanations file {path}: no column {', '.join(sorted(missing))} "
+                               "(expected experiment, method, explanation)")
+        out = {}
+        for n, r in enumerate(reader, start=2):
+            if any(r.get(k) is None for k in ("experiment", "method", "explanation")):
+                raise FedcondError(f"explanations file {path}, line {n}: fewer than three fields")
+            out[(r["experiment"].strip(), r["method"].strip())] = r["explanation"].strip()
+        return out
 
 
 def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name: str | None = None,
@@ -50,7 +60,8 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
         groups = [protocol_name]
     else:
         groups = sorted({r["protocol_name"] for r in ok + failed if r["experiment"] is not None}, key=protocol_order)
-    cells = make_cells(ok, failed)
+    control = [r for r in db.ok if r["protocol_name"] == md.CONTROL] if protocol_name == "paper" else []
+    cells = make_cells(ok + control, failed)  # the control sits beside paper's Conditional, not in its own section
     published = published_tables(paper_results())
     why = read_explanations(explanations)
 

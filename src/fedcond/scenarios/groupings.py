@@ -105,6 +105,8 @@ def e2a_superclasses(dataset: str, grouping: str | None, num_classes: int = 10):
     if grouping.lower() == "semantic":
         return table_for(E2A_SUPERCLASSES, dataset, "E2a (subclass covariate shift)")
     groups = blocks(num_classes, 2) if grouping.lower() == "blocks" else parse_groups(grouping, num_classes)
+    if len(groups) < 2:
+        raise FedcondError(f"--groups '{grouping}': E2a needs at least two superclasses (the task's labels)")
     return tuple((f"super{i}", g) for i, g in enumerate(groups))
 
 

@@ -43,6 +43,9 @@ _enabled: dict[str, bool] = {}  # kernel name (selfcheck.KERNELS) -> keep it
 _status: dict = {}  # what extension() did, for `fedcond doctor` and the benchmark
 
 
+OFF, ALL, AUTO = ("0", "off", "false", "no"), ("all",), ("", "1", "on", "true", "yes", "auto")
+
+
 def extension() -> build.Kernels | None:
     """The compiled kernels, or None where they are switched off or cannot be built (warned once).
     The first call also decides which kernels to keep (the self-check)."""
@@ -53,23 +56,34 @@ def extension() -> build.Kernels | None:
     mode = os.environ.get(MODE_ENV, "auto").strip().lower()
     variant = os.environ.get(VARIANT_ENV, "native").strip().lower() or "native"
     _status.clear()
+    if mode not in OFF + ALL + AUTO:
+        warnings.warn(f"fedcond: {MODE_ENV}={mode!r} not understood (0, auto or all); using auto", stacklevel=2)
+        mode = "auto"
+    mode = "0" if mode in OFF else "all" if mode in ALL else "auto"
     _status.update(mode=mode, variant=variant)
     if mode == "0":
-        _status["reason"] = f"switched off by {MODE_ENV}=0"
+        _status["reason"] = f"switched off by {MODE_ENV}"
         return None
     try:
-        _ext = build.load(variant)
+        loaded = build.load(variant)
     except build.BuildError as e:  # no compiler, an unsupported platform: the stock layers still work
         warnings.warn(f"fedcond: CPU kernels not built ({e}); using the stock torch layers", stacklevel=2)
         _status["reason"] = str(e)
         return None
+    _ext = loaded
     _status.update(isa=_ext.isa, vector_width=_ext.vector_width, library=str(_ext.path))
     if mode == "all":
         _enabled = dict.fromkeys(selfcheck.KERNELS, True)
-    else:
-        timings = selfcheck.cached_timings(_ext.path)
-        _enabled = selfcheck.decide(timings)
-        _status["timings"] = timings
+        return _ext
+    try:
+        record = selfcheck.cached_timings(_ext.path)
+    except (OSError, RuntimeError) as e:  # e.g. a read-only cache: without a measurement, keep the stock layers
+        warnings.warn(f"fedcond: CPU kernels' self-check failed ({e}); using the stock torch layers", stacklevel=2)
+        _status["reason"] = f"self-check failed: {e}"
+        _enabled = {}
+        return _ext
+    _enabled = selfcheck.decide(record["timings"])
+    _status.update(timings=record["timings"], measured_at=record.get("measured_at"), cached=record.get("cached", False))
     return _ext
 
 

@@ -30,7 +30,9 @@ import torch
 SOURCE = Path(__file__).with_name("kernels.cpp")
 CACHE_ENV = "FEDCOND_KERNEL_CACHE"
 COMMON_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=fast"]
-VARIANTS = {"native": ["-march=native"], "avx2": ["-march=x86-64-v3"], "portable": []}
+_BASELINE = {"x86_64": ["-march=x86-64"], "AMD64": ["-march=x86-64"], "aarch64": ["-march=armv8-a"], "arm64": ["-march=armv8-a"]}
+# portable: the architecture's baseline, named explicitly (a compiler may default to more, e.g. x86-64-v3)
+VARIANTS = {"native": ["-march=native"], "avx2": ["-march=x86-64-v3"], "portable": _BASELINE.get(platform.machine(), [])}
 
 
 class BuildError(RuntimeError):
@@ -80,6 +82,14 @@ def buildable_variants(flags: set[str] | None = None) -> list[str]:
     return out + ["portable"]
 
 
+def runnable(variant: str, flags: set[str] | None = None) -> bool:
+    """Whether this CPU can execute the variant's code (avx2 needs AVX2, FMA and BMI2 on x86-64)."""
+    flags = cpu_flags() if flags is None else flags
+    if variant == "avx2":
+        return platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma", "bmi2"} <= flags
+    return variant in VARIANTS
+
+
 def cache_dir() -> Path:
     env = os.environ.get(CACHE_ENV, "")
     return Path(env).expanduser() if env else Path(platformdirs.user_cache_dir("fedcond")) / "cpu_kernels"
@@ -96,29 +106,58 @@ def library_path(variant: str) -> Path:
 
 
 def compile_variant(variant: str) -> Path:
-    """The shared library of this variant, compiled once (atomically: concurrent builders are safe)."""
+    """The shared library of this variant, compiled once: under a lock, so concurrent worker
+    processes wait for one build, and atomically (a crash never leaves half a library)."""
     if variant not in VARIANTS:
         raise BuildError(f"unknown kernel variant '{variant}'; choose one of {', '.join(VARIANTS)}")
+    if not runnable(variant):
+        raise BuildError(f"the {variant} variant does not run on this CPU (vector ISA {vector_isa()}); use native")
     path = library_path(variant)
     if path.exists():
         return path
     cxx = os.environ.get("CXX", "c++")
     if shutil.which(cxx) is None:
         raise BuildError(f"no C++ compiler ('{cxx}' not found; set CXX)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-    os.close(fd)
     try:
-        proc = subprocess.run([cxx, *COMMON_FLAGS, *VARIANTS[variant], str(SOURCE), "-o", tmp],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
-            raise BuildError(f"{cxx} failed for the {variant} variant: {first}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(path.with_suffix(".lock")):
+            if path.exists():  # another process built it while this one waited
+                return path
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+            os.close(fd)
+            try:
+                proc = subprocess.run([cxx, *COMMON_FLAGS, *VARIANTS[variant], str(SOURCE), "-o", tmp],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
+                    raise BuildError(f"{cxx} failed for the {variant} variant: {first}")
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+    except OSError as e:  # an unwritable cache, a compiler that cannot start
+        raise BuildError(f"cannot build the {variant} variant in {path.parent}: {e}") from e
     return path
+
+
+class file_lock:
+    """An exclusive advisory lock on `path` (a no-op where fcntl does not exist)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except ImportError:
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # closing releases the lock
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -136,6 +175,10 @@ def _check(cond: bool, message: str) -> None:
 
 def _plain(t: torch.Tensor) -> bool:
     return t.is_contiguous() and t.device.type == "cpu" and t.dtype == torch.float32
+
+
+def _plain_idx(t: torch.Tensor) -> bool:
+    return t.is_contiguous() and t.device.type == "cpu" and t.dtype == torch.uint8
 
 
 @dataclass
@@ -182,7 +225,7 @@ class Kernels:
         _check(xp.dim() == 3 and _plain(xp), "xp: contiguous float [B, H+2, W+2] on the CPU")
         B, H, W = xp.shape[0], xp.shape[1] - 2, xp.shape[2] - 2
         _check(g.shape == (B, H // 2, W // 2, 32) and _plain(g), "g: contiguous float [B, h, v, 32]")
-        _check(idx.shape == g.shape and idx.is_contiguous() and idx.dtype == torch.uint8, "idx: uint8 [B, h, v, 32]")
+        _check(idx.shape == g.shape and _plain_idx(idx), "idx: uint8 [B, h, v, 32] on the CPU")
         gw, gb = _f32(32, 1, 3, 3), _f32(32)
         self._lib.fedcond_first_block_bwd(_ptr(xp), _ptr(g), _ptr(idx), _ptr(gw), _ptr(gb), B, H, W)
         return gw, gb
@@ -197,7 +240,7 @@ class Kernels:
         return out, idx
 
     def pool_relu_bwd(self, g, idx):
-        _check(idx.dim() == 4 and idx.is_contiguous() and idx.dtype == torch.uint8, "idx: uint8 NHWC")
+        _check(idx.dim() == 4 and _plain_idx(idx), "idx: contiguous uint8 NHWC on the CPU")
         B, h, v, C = idx.shape
         _check(g.shape == (B, C, h, v) and _plain(g), "g: contiguous float NCHW, idx's shape")
         gin = _f32(B, 2 * h, 2 * v, C)
@@ -221,8 +264,7 @@ class Kernels:
         B, H, W, _ = x.shape
         _check(w.shape == (64, 32, 3, 3) and w.device.type == "cpu" and w.dtype == torch.float32, "w: [64, 32, 3, 3]")
         _check(g.shape == (B, 64, H // 2, W // 2) and _plain(g), "g: [B, 64, H/2, W/2]")
-        _check(idx.shape == (B, H // 2, W // 2, 64) and idx.is_contiguous() and idx.dtype == torch.uint8,
-               "idx: uint8 [B, H/2, W/2, 64]")
+        _check(idx.shape == (B, H // 2, W // 2, 64) and _plain_idx(idx), "idx: uint8 [B, H/2, W/2, 64]")
         w = w.contiguous()
         gin, gw, gb = torch.empty_like(x), _f32(64, 32, 3, 3), _f32(64)
         self._lib.fedcond_conv_pool_bwd(_ptr(x), _ptr(w), _ptr(g), _ptr(idx), _ptr(gin), _ptr(gw), _ptr(gb), B, H, W)
