@@ -249,7 +249,8 @@ def superseded_section(gone) -> list[str]:
     if not gone:
         return []
     return (["## Superseded rows", "", "Made under a default that has since changed; kept in the database's "
-             "`superseded` table, left out of every table and figure, and run again under the current default:", ""]
+             "`superseded` table and left out of every table and figure (a sweep of those cells runs them under the "
+             "current default):", ""]
             + [f"- {n} row{'s' if n != 1 else ''}: {reason}" for reason, n in gone] + [""])
 
 
