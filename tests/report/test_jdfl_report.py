@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from fedcond import results
@@ -47,3 +48,32 @@ def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
     assert "The elbow picked M = 4 (the true number) in 1 of 2 cells" in jd
     generic = text[text.index("### Experiments without a published table"):text.index("### Cluster recovery")]
     assert "JDFL/" not in generic  # JDFL has its own section, not a column per method in the generic table
+
+
+def test_best_round_table_and_curves_figure(tmp_path):
+    from fedcond import results
+    from fedcond.report import write_report
+
+    con = results.connect(tmp_path / "r.sqlite")
+
+    @dataclass
+    class R:
+        accuracy: float
+        weighted_accuracy: float
+        extra: dict
+        accuracy_std: float = 0.0
+        per_client: list = field(default_factory=list)
+        seconds: float = 1.0
+        rounds: int = 3
+        hyperparameters: dict = field(default_factory=dict)
+
+    for method, final, best in (("FedAvg", 0.5, 0.6), ("FedAvg+jdfl-graded", 0.55, 0.7)):
+        curve = [[1, 0.3, 0.3], [2, best, best], [3, final, final]]
+        extra = {"curve": curve, "best_weighted_accuracy": best, "best_weighted_round": 2}
+        results.save_run(con, family="domain", dataset="pacs", scenario={}, method=method, seed=0, protocol={},
+                         result=R(final, final, extra), experiment="JDFL/pacs/main", protocol_name="jdfl")
+    con.close()
+    text = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text()
+    best = text.split("Best round")[1].split("\n\n")[1]
+    assert "| FedAvg | 60.0 (n=1) | 70.0 (n=1) [+10.0 pp] |" in best
+    assert (tmp_path / "out" / "jdfl_curves_pacs_jdfl.png").is_file() and "jdfl_curves_pacs_jdfl.png" in text

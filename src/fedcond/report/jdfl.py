@@ -29,6 +29,11 @@ def _acc(rows: list[dict] | None) -> list[float]:
     return [r["weighted_accuracy"] for r in rows or [] if r["weighted_accuracy"] is not None]
 
 
+def _best(rows: list[dict] | None) -> list[float]:
+    """The maximum global accuracy over rounds (what the JDFL text reports), where the run stored its curve."""
+    return [r["extra"]["best_weighted_accuracy"] for r in rows or [] if "best_weighted_accuracy" in (r.get("extra") or {})]
+
+
 def _text(values: list[float]) -> str:
     if not values:
         return "not run"
@@ -46,7 +51,7 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def jdfl_section(protocol: str | None, ok: list[dict], label: str) -> list[str]:
+def jdfl_section(protocol: str | None, ok: list[dict], label: str, out_dir=None) -> list[str]:
     rows = [r for r in ok if r["protocol_name"] == protocol and (r["experiment"] or "").startswith("JDFL/")]
     lines = [f"### JDFL (SPEC Part C), {label}", ""]
     if not rows:
@@ -55,7 +60,46 @@ def jdfl_section(protocol: str | None, ok: list[dict], label: str) -> list[str]:
               "[difference to the base standalone, pp].", ""]
     for short in JDFL_DATASETS:
         lines += _dataset(short, rows)
+        lines += _curves(short, rows, protocol, out_dir)
     return lines
+
+
+def _curves(short: str, rows: list[dict], protocol: str | None, out_dir) -> list[str]:
+    """Global test accuracy against rounds, mean over seeds, per base: standalone and both schemes."""
+    main = _by(rows, f"JDFL/{short}/main")
+    curves = {m: [r["extra"]["curve"] for r in rs if "curve" in r["extra"]] for m, rs in main.items()}
+    curves = {m: c for m, c in curves.items() if c}
+    if not curves or out_dir is None:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from pathlib import Path
+
+    bases = [b for b in BASES if any(m.startswith(b) for m in curves)]
+    fig, axes = plt.subplots(1, len(bases), figsize=(3.2 * len(bases), 3), sharey=True, squeeze=False)
+    for ax, b in zip(axes[0], bases):
+        for m, style in ((b, "-"), (f"{b}+jdfl-graded", "--"), (f"{b}+jdfl-random", ":")):
+            runs = curves.get(m)
+            if not runs:
+                continue
+            n = min(len(c) for c in runs)
+            xs = [runs[0][i][0] for i in range(n)]
+            ys = [100 * statistics.fmean(c[i][2] for c in runs) for i in range(n)]
+            ax.plot(xs, ys, style, label=m.replace(b, "base") if m != b else "standalone")
+        ax.set_title(b)
+        ax.set_xlabel("round")
+    axes[0][0].set_ylabel("global test accuracy, %")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    name = f"jdfl_curves_{short}_{(protocol or 'none').replace('[', '_').replace(']', '').replace(',', '_').replace('=', '')}.png"
+    path = Path(out_dir) / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [f"![JDFL {short}: global accuracy against rounds]({name})", "",
+            "*Global test accuracy after every round, mean over seeds: each base standalone (solid), with graded "
+            "(dashed) and random (dotted) JDFL.*", ""]
 
 
 def _dataset(short: str, rows: list[dict]) -> list[str]:
@@ -78,6 +122,12 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
                     verdicts.append((b, s, statistics.fmean(got) - statistics.fmean(base)))
             table.append([b] + cols)
         out += _table(["base", "standalone", "+ JDFL graded", "+ JDFL random"], table) + [""]
+        if any(_best(rs) for rs in main.values()):
+            best_table = [[b, _text(_best(main.get(b)))] + [_text(g := _best(main.get(f"{b}+{s}"))) + _delta(g, _best(main.get(b)))
+                                                         for s in SCHEMES] for b in BASES]
+            out += ["Best round (the maximum global accuracy over rounds, as the JDFL text reports; the table above is "
+                    "after the last round).", ""]
+            out += _table(["base", "standalone", "+ JDFL graded", "+ JDFL random"], best_table) + [""]
         if verdicts:
             wins = [f"{b} + {s.split('-')[1]}" for b, s, d in verdicts if d > 0]
             losses = [f"{b} + {s.split('-')[1]} ({100 * d:+.1f} pp)" for b, s, d in verdicts if d <= 0]
