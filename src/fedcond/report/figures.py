@@ -210,15 +210,18 @@ def accuracy_vs_k(tables, protocol, cells) -> tuple[Figure | None, str]:
 
 
 def accuracy_vs_sparsity(tables, protocol, cells) -> tuple[Figure | None, str]:
-    t = _find(tables, "XI")
-    if t is None:
-        return None, "the published results hold no table XI"
-    panels = _panels(t, protocol, cells, _sparsity_x, _sparsity_tick, accuracy, error_bars=True)
-    if not panels:
-        return None, "no E1 K=2 sparsity run (table XI) under this protocol"
-    fig = _line_figure(f"E1 label shift, K=2: accuracy vs sparsity (table XI), {_label(protocol)}",
-                       [("", panels)], "sparsity (clients per cluster: 5, 10, 20, 50, 100)", "accuracy (%)")
-    return fig, f"{len(panels)} dataset(s): {', '.join(p.title for p in panels)}"
+    """Every family with a sparsity table (E1 XI, E2a XIV, E3a XVI, E3b XVIII, E4b XXI): one row each."""
+    rows = []
+    for t in tables:
+        if t.rows and all(_sparsity_of(s) for _, s, _ in t.rows):
+            panels = _panels(t, protocol, cells, _sparsity_x, _sparsity_tick, accuracy, error_bars=True)
+            if panels:
+                rows.append((f"table {t.table} ({t.family}): ", panels))
+    if not rows:
+        return None, "no sparsity setting (tables XI, XIV, XVI, XVIII, XXI) run under this protocol"
+    fig = _line_figure(f"Accuracy vs sparsity, every family with a sparsity table, {_label(protocol)}",
+                       rows, "sparsity (clients per cluster: 5, 10, 20, 50, 100)", "accuracy (%)")
+    return fig, "; ".join(f"{r[0].rstrip(': ')}: {', '.join(p.title for p in r[1])}" for r in rows)
 
 
 def gap_vs_sparsity(tables, protocol, cells) -> tuple[Figure | None, str]:
