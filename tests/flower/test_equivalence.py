@@ -31,3 +31,11 @@ def test_log_normalisation_needs_no_coordination_and_matches_the_simulator(fl_sc
     assert "query.secagg" not in {m.metadata.message_type for m in received}
     ref = run_method(fl_scenario, "Conditional-FedAvg", TWO_ROUNDS.replace(stats_normalisation="log"), seed=0)
     assert res["per_client"] == ref.per_client
+
+
+def test_class_means_statistic_over_flower_equals_the_simulator(fl_scenario, flower_session):
+    """The new statistic, computed client-side and z-scored by the masked secure sum: the same numbers
+    as the in-process Conditional-FedAvg (so the simulator's figures are the federated ones)."""
+    res, _ = flower_session["Conditional-class_means"]
+    ref = run_method(fl_scenario, "Conditional-FedAvg", TWO_ROUNDS.replace(statistic="class_means"), seed=0)
+    assert res["per_client"] == ref.per_client and res["train_loss"] == ref.train_loss
