@@ -244,6 +244,30 @@ def _mean_std(values: tuple[float, ...]) -> str:
     return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} ± {statistics.stdev(values):.3f}"
 
 
+def newcomers_section(ok: list[dict]) -> list[str]:
+    """Runs with clients held out of training (--holdout-clients): seen and unseen accuracy side by
+    side, per experiment, statistic and method; across protocols, since they differ by option only."""
+    rows: dict[tuple, list[tuple[float, float]]] = {}
+    for r in ok:
+        extra = r.get("extra") or {}
+        if "unseen_accuracy" in extra and r["accuracy"] is not None:
+            statistic = (r.get("protocol") or {}).get("statistic", "eigenvalues")
+            rows.setdefault((r["experiment"], statistic, r["method"]), []).append((r["accuracy"], extra["unseen_accuracy"]))
+    if not rows:
+        return []
+    table = []
+    for (exp, statistic, method), vals in sorted(rows.items(), key=lambda kv: (experiment_order(kv[0][0]), kv[0][1],
+                                                                           method_order(kv[0][2]))):
+        seen = statistics.fmean(v[0] for v in vals)
+        unseen = statistics.fmean(v[1] for v in vals)
+        table.append([exp, statistic if method.startswith("Conditional") else "-", method, pct(seen), pct(unseen),
+                      pp(unseen - seen), str(len(vals))])
+    return (["## Clients never seen in training", "",
+             "Runs with `--holdout-clients`: accuracy (%) of the training clients (seen) and of the held-out ones "
+             "(unseen), each evaluated with its own statistic, mean over seeds.", ""]
+            + _table(["experiment", "statistic", "method", "seen", "unseen", "unseen - seen", "seeds"], table) + [""])
+
+
 def superseded_section(gone) -> list[str]:
     """Rows made under defaults that have changed since: not in any table above; why, and how many."""
     if not gone:
