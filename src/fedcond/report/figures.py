@@ -209,33 +209,38 @@ def accuracy_vs_k(tables, protocol, cells) -> tuple[Figure | None, str]:
     return fig, f"{len(panels)} dataset(s): {', '.join(p.title for p in panels)}"
 
 
-def accuracy_vs_sparsity(tables, protocol, cells) -> tuple[Figure | None, str]:
-    """Every family with a sparsity table (E1 XI, E2a XIV, E3a XVI, E3b XVIII, E4b XXI): one row each."""
+def _sparsity_rows(tables, protocol, cells, value, error_bars: bool) -> list[tuple[str, list[_Panel]]]:
+    """One row of panels per published table whose settings are sparsity levels (XI, XIV, XVI, XVIII, XXI)."""
     rows = []
     for t in tables:
         if t.rows and all(_sparsity_of(s) for _, s, _ in t.rows):
-            panels = _panels(t, protocol, cells, _sparsity_x, _sparsity_tick, accuracy, error_bars=True)
+            panels = _panels(t, protocol, cells, _sparsity_x, _sparsity_tick, value, error_bars=error_bars)
             if panels:
                 rows.append((f"table {t.table} ({t.family}): ", panels))
+    return rows
+
+
+def _rows_note(rows) -> str:
+    return "; ".join(f"{r[0].rstrip(': ')}: {', '.join(p.title for p in r[1])}" for r in rows)
+
+
+def accuracy_vs_sparsity(tables, protocol, cells) -> tuple[Figure | None, str]:
+    """Every family with a sparsity table (E1 XI, E2a XIV, E3a XVI, E3b XVIII, E4b XXI): one row each."""
+    rows = _sparsity_rows(tables, protocol, cells, accuracy, error_bars=True)
     if not rows:
         return None, "no sparsity setting (tables XI, XIV, XVI, XVIII, XXI) run under this protocol"
     fig = _line_figure(f"Accuracy vs sparsity, every family with a sparsity table, {_label(protocol)}",
                        rows, "sparsity (clients per cluster: 5, 10, 20, 50, 100)", "accuracy (%)")
-    return fig, "; ".join(f"{r[0].rstrip(': ')}: {', '.join(p.title for p in r[1])}" for r in rows)
+    return fig, _rows_note(rows)
 
 
 def gap_vs_sparsity(tables, protocol, cells) -> tuple[Figure | None, str]:
-    rows = []
-    for t in tables:
-        if t.rows and all(_sparsity_of(s) for _, s, _ in t.rows):
-            panels = _panels(t, protocol, cells, _sparsity_x, _sparsity_tick, gap_to_oracle, error_bars=False)
-            if panels:
-                rows.append((f"table {t.table} ({t.family}): ", panels))
+    rows = _sparsity_rows(tables, protocol, cells, gap_to_oracle, error_bars=False)
     if not rows:
         return None, "no sparsity setting under this protocol has Oracle and another method both run"
     fig = _line_figure(f"Gap to Oracle across sparsity (method minus Oracle), {_label(protocol)}",
                        rows, "sparsity", "accuracy minus Oracle (pp)", zero_line=True, error_bars=False)
-    return fig, "; ".join(f"{r[0].rstrip(': ')}: {', '.join(p.title for p in r[1])}" for r in rows)
+    return fig, _rows_note(rows)
 
 
 # ---- the overview heatmap ----------------------------------------------------------------------
