@@ -27,7 +27,7 @@ def test_every_published_setting_has_an_experiment():
     assert not missing, sorted(missing)
     assert len([e for e in EXPERIMENTS if not e.startswith(("JDFL/", "MCDC/"))]) == 103  # the paper's (Part A)
     assert len([e for e in EXPERIMENTS if e.startswith("MCDC/")]) == 10  # the earlier study's (Part B), same registry
-    assert len([e for e in EXPERIMENTS if e.startswith("JDFL/")]) == 9  # main, ablation, replicate, m_sweep x 2 datasets + discovery
+    assert len([e for e in EXPERIMENTS if e.startswith("JDFL/")]) == 11  # main, ablation, replicate, random_per_sample, m_sweep x 2 + discovery
 
 
 def test_select_by_glob_and_error_names_closest():

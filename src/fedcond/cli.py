@@ -109,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="run every (experiment, method, seed) not yet in the results database")
     sw.add_argument("pattern", help="experiment names: a glob such as 'E1/mnist/*', or a comma list")
-    sw.add_argument("--protocol", default="paper", choices=list(PROTOCOLS),
-                    help="paper (SPEC A.4), smoke (tiny, for CI) or short (4 epochs: fits a 2-core session)")
+    sw.add_argument("--protocol", choices=list(PROTOCOLS),
+                    help="paper (SPEC A.4), jdfl (JDFL's: plain lr 0.01, evaluated every round), smoke (tiny, for CI) or "
+                    "short (4 epochs: fits a 2-core session); default: each experiment's own (jdfl for JDFL/*, else paper)")
     sw.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
     sw.add_argument("--methods", help="comma list or all (default: the experiment's, the paper's eight)")
     sw.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
@@ -308,8 +309,9 @@ def _sweep(args) -> int:
     except ValueError:
         raise FedcondError(f"--seeds takes a comma list of whole numbers, got '{args.seeds}'") from None
     changes = {k: getattr(args, k) for k in PROTOCOL_OPTIONS + SCENARIO_OPTIONS if getattr(args, k) is not None}
-    protocol_of(variant_name(args.protocol, {k: v for k, v in changes.items() if k in PROTOCOL_OPTIONS}))  # validates
     experiments = select(args.pattern)
+    for preset in {args.protocol} if args.protocol else {e.preset for e in experiments}:
+        protocol_of(variant_name(preset, {k: v for k, v in changes.items() if k in PROTOCOL_OPTIONS}))  # validates
     if changes and any(e.kind == "study" for e in experiments):
         raise FedcondError("the earlier study's cells (MCDC/*) take no protocol options")
     if args.groups is not None and not any(e.family in ("E1", "E2a") and e.dataset != "cifar100" for e in experiments):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .algorithms import PAPER_METHODS
 from .errors import FedcondError
-from .protocol import PAPER, Protocol
+from .protocol import JDFL_PROTOCOL, PAPER, Protocol
 from .scenarios.groupings import E4B_SPARSITY_TOTAL, ROTATIONS, SPARSITY
 
 
@@ -32,6 +32,7 @@ class Experiment:
     tables: tuple[str, ...] = ()  # the published tables this setting appears in
     paper_setting: dict | None = None  # table -> the `setting` string of paper_results.csv
     methods: tuple[str, ...] = PAPER_METHODS
+    preset: str = "paper"  # the protocol preset its cells run under unless a sweep names another
     kind: str = "train"  # train: methods are trained and evaluated | discovery: JDFL's discovery diagnostics
     #   | study: the earlier study's (SPEC Part B, fedcond.synthetic), run by its own code
 
@@ -43,11 +44,13 @@ class Experiment:
                             groups=groups if self.family in ("E1", "E2a") else None)
 
 
-# Protocol presets: `paper` is SPEC A.4/A.5; `smoke` is tiny (1 epoch on 5% of the data) for tests
-# and CI; `short` fits a 2-core session (4 epochs: JDFL runs 4 rounds of 1 local epoch); JDFL's PACS tables were
-# measured with it, and `paper` is the scaled-up run of the same experiments.
+# Protocol presets: `paper` is SPEC A.4/A.5; `jdfl` is JDFL's (SPEC C.5/C.8: lr 0.01, no weight decay,
+# the rest chosen by probes, evaluated every round), which JDFL's experiments run under by default;
+# `smoke` is tiny (1 epoch on 5% of the data) for tests and CI; `short` fits a 2-core session
+# (4 epochs: JDFL runs 4 rounds of 1 local epoch; the first JDFL tables were measured with it).
 PROTOCOLS: dict[str, tuple[Protocol, float]] = {  # name -> (protocol, fraction of each split kept)
     "paper": (PAPER, 1.0),
+    "jdfl": (JDFL_PROTOCOL, 1.0),
     "smoke": (PAPER.replace(epochs=1), 0.05),
     "short": (PAPER.replace(epochs=4), 1.0),
 }
@@ -217,20 +220,23 @@ def jdfl_experiments() -> list[Experiment]:
     """Per dataset: `main` (five bases x {standalone, graded, random}), `ablation` (FedAvg with the
     hard client-fixed joint labels; its FedAvg, graded and random cells are main's), `m_sweep`
     (FedAvg with M fixed to 2..7; M = 1 is FedAvg itself), `replicate` (main's JDFL cells with the
-    head initialised as M copies of the base's C-way head instead of drawn anew) and, on PACS, `discovery` (the ARI of the
+    head initialised as M copies of the base's C-way head instead of drawn anew), `random_per_sample` (the
+    random scheme with each sample's slot fixed for the run instead of drawn at every step) and, on PACS, `discovery` (the ARI of the
     pseudo-domains with M = 4 over E0 x batch x layer subset, and what the elbow picks)."""
     from .algorithms import JDFL_BASES
 
     bases = tuple(b for b in JDFL_BASES if b != "FedProx")  # SPEC C.5's five
     out = []
     for short, dataset in JDFL_DATASETS.items():
-        common = dict(family="domain", dataset=dataset, clients_per_cluster=5)
+        common = dict(family="domain", dataset=dataset, clients_per_cluster=5, preset="jdfl")
         out.append(Experiment(f"JDFL/{short}/main", methods=tuple(m for b in bases for m in (b, *(f"{b}+{s}" for s in JDFL_SCHEMES))), **common))
         out.append(Experiment(f"JDFL/{short}/ablation", methods=("FedAvg+expanded-hard",), **common))
         out.append(Experiment(f"JDFL/{short}/replicate", methods=tuple(f"{b}+{s}(init=replicate)" for b in bases for s in JDFL_SCHEMES),
                               **common))
+        out.append(Experiment(f"JDFL/{short}/random_per_sample", methods=tuple(f"{b}+jdfl-random(draw=sample)" for b in bases),
+                              **common))
         out.append(Experiment(f"JDFL/{short}/m_sweep", methods=tuple(f"FedAvg+{s}(M={m})" for m in JDFL_SLOT_SWEEP for s in JDFL_SCHEMES), **common))
-    out.append(Experiment("JDFL/pacs/discovery", family="domain", dataset="pacs", clients_per_cluster=5, kind="discovery",
+    out.append(Experiment("JDFL/pacs/discovery", family="domain", dataset="pacs", clients_per_cluster=5, kind="discovery", preset="jdfl",
                           methods=tuple(f"discovery(e0={e},batch={b},layers={lay})" for b in DISCOVERY_GRID["batch"]
                                         for e in DISCOVERY_GRID["e0"] for lay in DISCOVERY_GRID["layers"])))
     return out

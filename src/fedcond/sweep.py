@@ -35,16 +35,18 @@ class Cell:
         return (self.experiment.name, self.method, self.seed, self.protocol_name)
 
 
-def plan(experiments: list[Experiment], methods: str | None, seeds: list[int], protocol_name: str,
+def plan(experiments: list[Experiment], methods: str | None, seeds: list[int], protocol_name: str | None,
          changes: dict | None = None) -> list[Cell]:
     """Every (experiment, method, seed) cell, once. `changes`: options on top of the preset
-    `protocol_name`, named per experiment by the ones that apply to it (experiments.cell_changes)."""
+    `protocol_name` (None: each experiment's own, `paper` or `jdfl`), named per experiment by the
+    ones that apply to it (experiments.cell_changes)."""
     from .experiments import cell_changes, variant_name
 
     cells = []
     seeds = list(dict.fromkeys(seeds))
     for exp in experiments:
-        pname = variant_name(protocol_name, cell_changes(exp, changes)) if changes else protocol_name
+        preset = protocol_name or exp.preset
+        pname = variant_name(preset, cell_changes(exp, changes)) if changes else preset
         if exp.kind == "study":  # the study's own method names (linear, ensemble, ..., global, cluster, client)
             names = [m for m in exp.methods if not methods or m in {s.strip() for s in methods.split(",")}]
         else:

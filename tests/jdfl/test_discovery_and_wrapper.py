@@ -167,3 +167,21 @@ def test_replicated_head_starts_as_the_base(rotated_digits):
     assert not torch.equal(fresh["fc2.weight"][10:20], base0["fc2.weight"])  # fresh: the other slots are new draws
     with pytest.raises(FedcondError):
         make_algorithm("FedAvg+jdfl-graded(init=zeros)")
+
+
+@pytest.mark.parametrize("base", ["FedAvg", "FedProc"])
+def test_random_scheme_drawn_per_sample_reaches_the_jobs_loss(rotated_digits, base):
+    """draw=sample: every job's loss fixes each sample's slot (FedProc's classification term too)."""
+    ctx = ctx_for(rotated_digits)
+    alg = make_algorithm(f"{base}+jdfl-random(M=4,e0=1,draw=sample)")
+    assert alg.draw == "sample" and canonical_name(f"{base}+jdfl-random(M=4,e0=1,draw=sample)").endswith("draw=sample)")
+    state = alg.init(ctx)
+    a = alg.round(ctx, state, 0)
+    b = alg.round(ctx, state, 0)
+    assert all(torch.equal(a.models[0][k], b.models[0][k]) for k in a.models[0]) and np.isfinite(a.train_loss)
+    inner = alg.context(ctx, state.extra["jdfl"])
+    assert inner.supervision.loss((5,), (0, 5)).draw == "sample"
+    with pytest.raises(FedcondError):
+        make_algorithm("FedAvg+jdfl-random(draw=epoch)")
+    with pytest.raises(FedcondError):
+        make_algorithm("FedAvg+jdfl-graded(draw=sample)")

@@ -81,7 +81,22 @@ def test_registered_jdfl_experiments():
     disc = EXPERIMENTS["JDFL/pacs/discovery"]
     assert disc.kind == "discovery" and len(disc.methods) == 45
     assert {diagnostics.parse(m) for m in disc.methods} == {(e, b, lay) for e in range(1, 6) for b in (16, 32, 64) for lay in "ABC"}
-    assert [e.name for e in select("JDFL/office/*")] == ["JDFL/office/main", "JDFL/office/ablation", "JDFL/office/replicate", "JDFL/office/m_sweep"]
+    assert [e.name for e in select("JDFL/office/*")] == ["JDFL/office/main", "JDFL/office/ablation", "JDFL/office/replicate", "JDFL/office/random_per_sample", "JDFL/office/m_sweep"]
+    for name in EXPERIMENTS["JDFL/pacs/random_per_sample"].methods:
+        assert make_algorithm(name).draw == "sample" and make_algorithm(name).scheme == "random"
+
+
+def test_jdfl_experiments_run_under_their_own_preset_unless_a_sweep_names_another():
+    from fedcond.sweep import plan
+
+    jdfl, _ = experiments.PROTOCOLS["jdfl"]
+    assert (jdfl.lr, jdfl.momentum, jdfl.eval_every) == (0.01, 0.9, 1)  # the text's lr; momentum and R: docs/choices.md
+    assert all(e.preset == "jdfl" for name, e in EXPERIMENTS.items() if name.startswith("JDFL/"))
+    assert all(e.preset == "paper" for name, e in EXPERIMENTS.items() if name.startswith("E"))
+    mixed = [EXPERIMENTS["JDFL/pacs/main"], EXPERIMENTS["E1/mnist/K=2/rich"]]
+    assert {c.experiment.name[:4]: c.protocol_name for c in plan(mixed, "FedAvg", [0], None)} == {"JDFL": "jdfl", "E1/m": "paper"}
+    assert {c.protocol_name for c in plan(mixed, "FedAvg", [0], "short")} == {"short"}
+    assert {c.protocol_name for c in plan(mixed, "FedAvg", [0], None, {"epochs": 3})} == {"jdfl[epochs=3]", "paper[epochs=3]"}
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fedcond.errors import FedcondError
-from fedcond.jdfl.targets import JointLabelLoss, collapse, default_alpha, graded_weights
+from fedcond.jdfl.targets import JointLabelLoss, collapse, default_alpha, graded_weights, sample_slots
 
 COS = np.array([[1.0, 0.2, -0.1], [0.2, 1.0, 0.5], [-0.1, 0.5, 1.0]])
 
@@ -92,3 +92,25 @@ def test_collapse_sums_or_maxes_the_slots_probabilities():
         collapse(logits, 2, "mean")
     with pytest.raises(FedcondError):
         JointLabelLoss("soft", 2, 2)
+
+
+def test_random_scheme_drawn_per_sample_keeps_each_samples_slot_across_steps_and_batches():
+    M, C, n = 4, 3, 2000
+    x = torch.randn(n, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    y = torch.arange(n) % C
+    slots = sample_slots(x, M, salt=7)
+    assert torch.equal(slots, sample_slots(x, M, salt=7))  # fixed for the run
+    assert torch.equal(slots[100:164], sample_slots(x[100:164], M, salt=7))  # whatever the batch around it
+    assert not torch.equal(slots, sample_slots(x, M, salt=8))  # another run's seed, another assignment
+    counts = torch.bincount(slots, minlength=M).float() / n
+    assert torch.all((counts - 0.25).abs() < 0.04)
+    logits = torch.randn(n, M * C, generator=torch.Generator().manual_seed(6))
+    logp = F.log_softmax(logits, 1).view(n, M, C)
+    loss = JointLabelLoss("random", M, C, seed=(7, 1), draw="sample")
+    first = loss(logits, y, x)
+    assert torch.equal(loss(logits, y, x), first)  # a new step, the same slots
+    assert first.item() == pytest.approx(-logp[torch.arange(n), slots, y].mean().item(), rel=1e-6)
+    with pytest.raises(FedcondError):
+        loss(logits, y)  # no inputs, no per-sample slot
+    with pytest.raises(FedcondError):
+        JointLabelLoss("random", M, C, draw="epoch")

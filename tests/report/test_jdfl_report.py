@@ -30,6 +30,7 @@ def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
     _save(con, "JDFL/pacs/ablation", "FedAvg+expanded-hard", 0, 0.39)
     _save(con, "JDFL/pacs/m_sweep", "FedAvg+jdfl-graded(M=3)", 0, 0.44)
     _save(con, "JDFL/pacs/replicate", "FedAvg+jdfl-random(init=replicate)", 0, 0.425)
+    _save(con, "JDFL/pacs/random_per_sample", "FedAvg+jdfl-random(draw=sample)", 0, 0.43)
     for e0, ari, elbow in ((1, 0.25, 3), (3, 0.75, 4)):
         _save(con, "JDFL/pacs/discovery", f"discovery(e0={e0},batch=64,layers=B)", 0, float("nan"),
               {"ari": ari, "elbow": elbow, "true_domains": 4})
@@ -43,6 +44,7 @@ def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
     assert "| expanded head, hard client-fixed joint labels | 39.0 (n=1) [-2.0 pp] |" in jd
     assert "| 3 | 44.0 (n=1) [+3.0 pp] | not run |" in jd
     assert "| FedAvg | 41.0 ± 1.4 (n=2) | not run | 42.5 (n=1) [+1.5 pp] |" in jd  # the replicated head
+    assert "| FedAvg | 41.0 ± 1.4 (n=2) | 39.0 ± 1.4 (n=2) [-2.0 pp] | 43.0 (n=1) [+2.0 pp] |" in jd  # per-sample slot
     assert "seed 0: M = 4, ARI 0.800" in jd and "| photo | art_painting | cartoon | sketch |" in jd.replace("method | ", "")
     assert "| 3 | - | - | - | - | - | - | - | 0.75 | - |" in jd
     assert "The elbow picked M = 4 (the true number) in 1 of 2 cells" in jd
@@ -77,3 +79,12 @@ def test_best_round_table_and_curves_figure(tmp_path):
     best = text.split("Best round")[1].split("\n\n")[1]
     assert "| FedAvg | 60.0 (n=1) | 70.0 (n=1) [+10.0 pp] |" in best
     assert (tmp_path / "out" / "jdfl_curves_pacs_jdfl.png").is_file() and "jdfl_curves_pacs_jdfl.png" in text
+
+
+def test_jdfl_protocol_is_named_as_its_own_reproduction_protocol():
+    from fedcond.report.tables import protocol_label, reproduction_note
+
+    assert protocol_label("jdfl") == "protocol `jdfl`" and "not a reproduction" not in protocol_label("jdfl")
+    assert protocol_label("jdfl[epochs=60,momentum=0.0]") == "protocol `jdfl` with epochs=60,momentum=0.0"
+    assert "learning rate 0.01" in reproduction_note("jdfl") and "probe or variant" in reproduction_note("jdfl[epochs=3]")
+    assert "not a reproduction" in protocol_label("short")

@@ -52,7 +52,8 @@ PLUGINS: dict[str, dict] = {"jdfl-graded": {"scheme": "graded"}, "jdfl-random": 
                             "expanded-hard": {"scheme": "hard"}}
 JDFL_BASES = ("FedAvg", "SCAFFOLD", "FedDyn", "FedDC", "FedProc", "FedProx")
 _PLUGIN_ARGS = {"m": "slots", "e0": "e0", "layers": "layers", "batch": "discovery_batch", "alpha": "alpha",
-                "tau": "tau", "phi": "phi", "collapse": "collapse", "max_m": "max_slots", "init": "head_init"}
+                "tau": "tau", "phi": "phi", "collapse": "collapse", "max_m": "max_slots", "init": "head_init",
+                "draw": "draw"}
 _COMPOSITE = re.compile(r"^\s*([\w-]+)\s*\+\s*([\w-]+)\s*(?:\((.*)\))?\s*$")
 _CALL = re.compile(r"^\s*([\w-]+)\s*\((.*)\)\s*$")  # a registered algorithm with hyper-parameters: NAME(key=value,...)
 

@@ -58,12 +58,12 @@ class PrototypeContrastiveLoss:
     present: torch.Tensor  # bool [K]: classes that have a prototype
     contrastive_weight: float  # 1 - t/T; cross-entropy gets t/T
     temperature: float
-    classification: Callable | None = None  # (logits, y) -> loss; None: cross-entropy (JDFL sets its targets)
+    classification: Callable | None = None  # (logits, y, x) -> loss; None: cross-entropy (JDFL sets its targets)
 
     def __call__(self, model, x: torch.Tensor, s: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
         z = model.features(x, s)  # [B, D]
         logits = model.head(z)
-        ce = F.cross_entropy(logits, y) if self.classification is None else self.classification(logits, y)
+        ce = F.cross_entropy(logits, y) if self.classification is None else self.classification(logits, y, x)
         if self.contrastive_weight == 0.0:
             return ce
         sim = F.normalize(z, dim=1) @ self.prototypes.to(z.dtype).T / self.temperature  # [B, K] cosine / tau

@@ -12,7 +12,6 @@ from tqdm import tqdm
 from .. import results
 from ..errors import FedcondError
 from ..algorithms import resolve_methods
-from ..protocol import PAPER
 from ..run import ScenarioSpec, default_workers, rounds_of, run_methods
 
 
@@ -34,19 +33,22 @@ def run_command(args) -> int:
 
     check_device(args.device)
     methods = resolve_methods(args.methods)
-    protocol = PAPER.replace(
-        epochs=args.epochs, local_epochs=args.local_epochs, lr=args.lr, momentum=args.momentum, conditioning=args.conditioning,
-        stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source, statistic=args.statistic,
-        holdout_clients=args.holdout_clients, eval_every=args.eval_every,
-    )
-    experiment, protocol_name = None, None
-    if args.experiment:
-        from ..experiments import PROTOCOLS, select
+    from ..experiments import PROTOCOLS, select
 
+    experiment = None
+    if args.experiment:
         matches = [e for e in select(args.experiment) if e.name == args.experiment]
         if not matches:
             raise FedcondError(f"--experiment takes one exact name, e.g. {select(args.experiment)[0].name}")
         experiment = matches[0]
+    preset = experiment.preset if experiment else "paper"
+    protocol = PROTOCOLS[preset][0].replace(
+        epochs=args.epochs, local_epochs=args.local_epochs, lr=args.lr, momentum=args.momentum, conditioning=args.conditioning,
+        stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source, statistic=args.statistic,
+        holdout_clients=args.holdout_clients, eval_every=args.eval_every,
+    )
+    protocol_name = None
+    if experiment:
         from ..experiments import PROTOCOL_OPTIONS, SCENARIO_OPTIONS, cell_changes, variant_name
 
         spec = experiment.spec(args.seed, args.data_dir, groups=args.groups)
@@ -54,9 +56,9 @@ def run_command(args) -> int:
             raise FedcondError(f"--groups applies to E1 and E2a only, not to {experiment.family}")
         # named as a sweep names the same cell, so sweeps skip it and reports never mix it with another
         changes = {k: v for k, v in dataclasses.asdict(protocol).items()
-                   if k in PROTOCOL_OPTIONS and v != getattr(PROTOCOLS["paper"][0], k)}
+                   if k in PROTOCOL_OPTIONS and v != getattr(PROTOCOLS[preset][0], k)}
         changes.update({k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k) is not None})
-        protocol_name = variant_name("paper", cell_changes(experiment, changes))
+        protocol_name = variant_name(preset, cell_changes(experiment, changes))
     else:
         spec = scenario_spec(args, default_k=5)
     scenario = spec.build()  # fails fast, with a clear message, before any worker starts

@@ -5,7 +5,8 @@ A client in pseudo-domain z trains with one of three targets for a sample of cla
 - graded: alpha on (z, y); the rest, 1 - alpha, spread over (m, y) for m != z by a softmax of
   cos(centroid_z, centroid_m) / tau;
 - random: per sample and per step, a slot m drawn uniformly gets phi on (m, y) (phi = 1: one-hot);
-  the rest, 1 - phi, is spread evenly over the other slots of y;
+  the rest, 1 - phi, is spread evenly over the other slots of y. `draw="sample"` fixes each
+  sample's slot for the whole run instead (a seeded hash of its pixels, so no index is needed);
 - hard (the ablation): one-hot on (z, y), fixed for the client.
 Every target puts all its mass on class y, so collapsing the slots gives the ordinary label.
 With M = 1 every scheme is plain cross-entropy, computed by the same call as the base algorithm's.
@@ -23,6 +24,19 @@ from ..errors import FedcondError
 
 SCHEMES = ("graded", "random", "hard")
 COLLAPSES = ("sum", "max")
+DRAWS = ("step", "sample")  # the random scheme's slot: drawn anew at every step, or fixed per sample
+
+
+def sample_slots(x: torch.Tensor, slots: int, salt: int) -> torch.Tensor:
+    """A slot in [0, slots) per sample, fixed by the sample's content: its pixels rounded to 1/1024,
+    dotted with seeded integer weights in exact int64 arithmetic (the same on every batch and
+    machine), then mixed. |pixel| < 2^11 after normalisation keeps the sum far below 2^63."""
+    flat = torch.round(x.detach().reshape(x.shape[0], -1).double() * 1024).long()
+    g = torch.Generator().manual_seed(int(np.random.SeedSequence([0x5108, salt]).generate_state(1)[0]))
+    w = torch.randint(1, 1 << 20, (flat.shape[1],), generator=g, dtype=torch.long)
+    h = (flat * w).sum(1)
+    h = (h ^ (h >> 29)) * 0x5851F42D4C957F2D  # mix the low bits (wraps in int64, as intended)
+    return torch.remainder(h >> 17, slots)
 
 
 def default_alpha(slots: int) -> float:
@@ -55,12 +69,15 @@ class JointLabelLoss:
     own: int = 0  # the client's pseudo-domain z
     weights: tuple[float, ...] = ()  # graded: mass per slot [M]
     phi: float = 1.0  # random: mass of the drawn slot
-    seed: tuple[int, ...] = ()  # random: names this job's stream of slot draws
+    seed: tuple[int, ...] = ()  # random: names this job's stream of slot draws (its first entry: the run's seed)
+    draw: str = "step"  # random: a slot per sample and step, or fixed per sample (DRAWS)
     _gen: list = field(default_factory=list, repr=False)  # the lazily made generator (made where the job runs)
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
             raise FedcondError(f"unknown JDFL scheme '{self.scheme}'; choose {', '.join(SCHEMES)}")
+        if self.draw not in DRAWS:
+            raise FedcondError(f"unknown draw '{self.draw}'; choose {' or '.join(DRAWS)}")
 
     def _generator(self) -> torch.Generator:
         if not self._gen:
@@ -69,14 +86,19 @@ class JointLabelLoss:
             self._gen.append(g)
         return self._gen[0]
 
-    def __call__(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def __call__(self, logits: torch.Tensor, y: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
         M, C = self.slots, self.num_classes
         if M == 1:
             return F.cross_entropy(logits, y)
         if self.scheme == "hard":
             return F.cross_entropy(logits, self.own * C + y)
         if self.scheme == "random":
-            m = torch.randint(0, M, y.shape, generator=self._generator())
+            if self.draw == "sample":
+                if x is None:
+                    raise FedcondError("the random scheme with draw=sample needs the inputs to fix each sample's slot")
+                m = sample_slots(x, M, self.seed[0] if self.seed else 0)
+            else:
+                m = torch.randint(0, M, y.shape, generator=self._generator())
             if self.phi == 1.0:
                 return F.cross_entropy(logits, m * C + y)
             w = torch.full((y.shape[0], M), (1.0 - self.phi) / (M - 1), dtype=logits.dtype)
@@ -107,7 +129,7 @@ class HeadLoss:
     targets: JointLabelLoss
 
     def __call__(self, model, x, s, y):
-        return self.targets(model(x, s), y)
+        return self.targets(model(x, s), y, x)
 
 
 def collapse(logits: torch.Tensor, slots: int, how: str = "sum") -> torch.Tensor:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import FedcondError
 from .discovery import Discovery, DiscoveryConfig, discover
-from .targets import COLLAPSES, SCHEMES, JointLabelLoss, collapse, default_alpha, graded_weights
+from .targets import COLLAPSES, DRAWS, SCHEMES, JointLabelLoss, collapse, default_alpha, graded_weights
 
 
 HEAD_INITS = ("fresh", "replicate")
@@ -48,13 +48,14 @@ class Supervision:
     weights: tuple[tuple[float, ...], ...]  # graded mass per slot, per pseudo-domain
     phi: float
     how: str  # collapse: sum | max
+    draw: str = "step"  # random: per step or fixed per sample
 
     def loss(self, members: tuple[int, ...], seed: tuple[int, ...]) -> JointLabelLoss:
         if len(members) != 1:
             raise FedcondError("JDFL targets are per client: a job must hold one client's data")
         z = self.domains[members[0]]
         return JointLabelLoss(self.scheme, self.slots, self.num_classes, own=z, weights=self.weights[z],
-                              phi=self.phi, seed=seed)
+                              phi=self.phi, seed=seed, draw=self.draw)
 
     def collapse(self, logits):
         return collapse(logits, self.slots, self.how)
@@ -72,6 +73,7 @@ class JDFL:
     alpha: float | None = None  # graded: mass on the own slot; None: 0.55 if M <= 5 else 0.45
     tau: float = 0.1  # graded: temperature of the centroid-similarity softmax
     phi: float = 1.0  # random: mass of the drawn slot
+    draw: str = "step"  # random: the slot drawn anew per sample at every step (step) or fixed per sample (sample)
     collapse: str = "sum"  # class-only prediction: sum (default) or max of the slots' probabilities
     head_init: str = "fresh"  # fresh: the M x C model drawn anew | replicate: the base's own initial
     #   weights with its C-way head copied into every slot (the collapsed output starts as the base's)
@@ -91,6 +93,10 @@ class JDFL:
             raise FedcondError(f"JDFL needs tau > 0 and phi in (0, 1], got tau={self.tau}, phi={self.phi}")
         if self.head_init not in HEAD_INITS:
             raise FedcondError(f"unknown head_init '{self.head_init}'; choose {' or '.join(HEAD_INITS)}")
+        if self.draw not in DRAWS:
+            raise FedcondError(f"unknown draw '{self.draw}'; choose {' or '.join(DRAWS)}")
+        if self.draw != "step" and self.scheme != "random":
+            raise FedcondError(f"draw={self.draw} applies to the random scheme only, not {self.scheme}")
         DiscoveryConfig(self.e0, self.discovery_batch, self.layers, self.slots, self.max_slots)  # validates
 
     @property
@@ -107,7 +113,7 @@ class JDFL:
     def supervision(self, disc: Discovery, num_classes: int) -> Supervision:
         alpha = self.alpha if self.alpha is not None else default_alpha(disc.slots)
         weights = tuple(tuple(float(v) for v in graded_weights(z, disc.centroid_cos, alpha, self.tau)) for z in range(disc.slots))
-        return Supervision(self.scheme, disc.slots, num_classes, disc.domains, weights, self.phi, self.collapse)
+        return Supervision(self.scheme, disc.slots, num_classes, disc.domains, weights, self.phi, self.collapse, self.draw)
 
     def context(self, ctx, disc: Discovery):
         """The base's context: M x C outputs and per-client targets (M = 1: the context unchanged)."""

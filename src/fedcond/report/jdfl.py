@@ -106,7 +106,8 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
     main, ablation = _by(rows, f"JDFL/{short}/main"), _by(rows, f"JDFL/{short}/ablation")
     sweep, disc = _by(rows, f"JDFL/{short}/m_sweep"), _by(rows, f"JDFL/{short}/discovery")
     replicate = _by(rows, f"JDFL/{short}/replicate")
-    if not (main or ablation or sweep or disc or replicate):
+    per_sample = _by(rows, f"JDFL/{short}/random_per_sample")
+    if not (main or ablation or sweep or disc or replicate or per_sample):
         return []
     out = [f"#### {short}", ""]
     if main:
@@ -151,6 +152,15 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
         out += ["Replicated head (`init=replicate`: the expanded head starts as M copies of the base's C-way head, "
                 "so the collapsed output starts as the base's; main's cells draw it anew).", ""]
         out += _table(["base", "standalone", "+ graded, replicated head", "+ random, replicated head"], table) + [""]
+    if per_sample:
+        table = []
+        for b in BASES:
+            base, step = _acc(main.get(b)), _acc(main.get(f"{b}+jdfl-random"))
+            got = _acc(per_sample.get(f"{b}+jdfl-random(draw=sample)"))
+            table.append([b, _text(base), _text(step) + _delta(step, base), _text(got) + _delta(got, base)])
+        out += ["Random scheme, slot fixed per sample (`draw=sample`: each sample keeps one pseudo-domain slot for the "
+                "run) beside main's slot drawn anew at every step.", ""]
+        out += _table(["base", "standalone", "+ random, per step (main)", "+ random, per sample"], table) + [""]
     if ablation or main:
         fedavg = _acc(main.get("FedAvg"))
         table = [["FedAvg (C-way head)", _text(fedavg)]]

@@ -42,16 +42,24 @@ def _esc(text) -> str:
 def protocol_label(p: str | None) -> str:
     """How a protocol is named in every heading and figure title: any protocol but the paper's
     says it is not a reproduction; a variant of the paper's names what it changed."""
-    if p == "paper":
-        return "protocol `paper`"
-    if p is not None and p.startswith("paper["):
-        return f"protocol `paper` with {p[len('paper['):-1]}"
+    for preset in ("paper", "jdfl"):  # the reproductions' own protocols (SPEC A.4; SPEC C.5 with our choices)
+        if p == preset:
+            return f"protocol `{preset}`"
+        if p is not None and p.startswith(preset + "["):
+            return f"protocol `{preset}` with {p[len(preset) + 1:-1]}"
     return f"protocol `{p}` (not a reproduction)" if p is not None else "no protocol recorded (not a reproduction)"
 
 
 def reproduction_note(p: str | None) -> str:
     if p == "paper":
         return ""
+    if p == "jdfl":
+        return ("JDFL's protocol: the text's SGD with learning rate 0.01 and no weight decay; momentum and the number "
+                "of rounds, which the text leaves to an appendix we do not have, were chosen by probes of FedAvg on PACS "
+                "(docs/choices.md). Every round is evaluated: tables give the best round (the text's measure) and the last.")
+    if p is not None and p.startswith("jdfl["):
+        return (f"**JDFL's protocol with one or more settings changed ({p[len('jdfl['):-1]}): a probe or variant, "
+                f"not the main tables.**")
     if p is not None and p.startswith("paper["):
         return (f"**The paper's protocol with one or more settings changed ({p[len('paper['):-1]}): a documented "
                 f"variant or control, shown beside the published numbers for comparison, not as the reproduction "
