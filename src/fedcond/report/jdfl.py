@@ -143,6 +143,8 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
                     "FedDyn, FedDC and FedProc): " + ", ".join(best) + ".", ""]
         out += _per_domain(main)
         out += _pseudo_domains(main)
+    if main:
+        out += _claims(main, ablation, sweep)
     if replicate:
         table = []
         for b in BASES:
@@ -246,3 +248,79 @@ def _discovery(disc: dict[str, list[dict]]) -> list[str]:
     out += [f"The elbow picked M = {true_m} (the true number) in {hist.get(true_m, 0)} of {len(picks)} cells; "
             "picks: " + ", ".join(f"M={m}: {n}" for m, n in hist.items()) + ".", ""]
     return out
+
+
+def _measure(r: dict) -> float | None:
+    """The accuracy the claims are judged on: the best round's (the text's measure) where the run
+    stored its curve, else the last round's."""
+    return (r.get("extra") or {}).get("best_weighted_accuracy", r["weighted_accuracy"])
+
+
+def _paired(a: list[dict] | None, b: list[dict] | None) -> list[float]:
+    """a minus b, seed by seed, over the seeds both ran."""
+    by_seed = {r["seed"]: _measure(r) for r in b or [] if _measure(r) is not None}
+    return [_measure(r) - by_seed[r["seed"]] for r in a or [] if r["seed"] in by_seed and _measure(r) is not None]
+
+
+def _verdict(diffs: list[float], expect_gain: bool = True) -> str:
+    """holds: every seed's paired difference has the claimed sign; does not hold: the mean has the
+    other sign; mixed: the mean agrees but some seed does not; one seed alone is 'indicative'."""
+    if not diffs:
+        return "not run"
+    sign = 1 if expect_gain else -1
+    mean = statistics.fmean(diffs)
+    if sign * mean <= 0:
+        verdict = "does not hold"
+    elif all(sign * d > 0 for d in diffs):
+        verdict = "holds"
+    else:
+        verdict = "mixed"
+    return verdict + (" (one seed: indicative)" if len(diffs) == 1 else "")
+
+
+def _diff_text(diffs: list[float]) -> str:
+    if not diffs:
+        return "-"
+    text = f"{100 * statistics.fmean(diffs):+.1f}"
+    if len(diffs) >= 2:
+        text += f" ± {100 * statistics.stdev(diffs):.1f}"
+    return text + f" pp (n={len(diffs)}; per seed " + ", ".join(f"{100 * d:+.1f}" for d in diffs) + ")"
+
+
+def _claims(main: dict, ablation: dict, sweep: dict) -> list[str]:
+    """Each of the JDFL text's claims with the paired (same-seed) differences it rests on."""
+    rows = []
+    for b in BASES:
+        for s in SCHEMES:
+            d = _paired(main.get(f"{b}+{s}"), main.get(b))
+            if d:
+                rows.append([f"{b} + {s.split('-')[1]} beats {b}", _diff_text(d), _verdict(d)])
+    for b in BASES:
+        d = _paired(main.get(f"{b}+jdfl-random"), main.get(f"{b}+jdfl-graded"))
+        if d:
+            better = "random" if b in ("FedAvg", "SCAFFOLD") else "graded"
+            rows.append([f"{better} helps {b} more (random minus graded)", _diff_text(d), _verdict(d, better == "random")])
+    hard = _paired(ablation.get("FedAvg+expanded-hard"), main.get("FedAvg"))
+    if hard:
+        gains = [g for s in SCHEMES if (g := _paired(main.get(f"FedAvg+{s}"), main.get("FedAvg")))]
+        smaller = bool(gains) and all(statistics.fmean(hard) < statistics.fmean(g) for g in gains)
+        verdict = ("holds" if statistics.fmean(hard) <= 0 or smaller else "does not hold") + (
+            " (one seed: indicative)" if len(hard) == 1 else "")
+        rows.append(["the hard head gives no gain (hard minus FedAvg; holds if <= 0 or below both schemes' gains)",
+                     _diff_text(hard), verdict])
+    for s in SCHEMES:
+        ds = {m: _paired(sweep.get(f"FedAvg+{s}(M={m})"), main.get("FedAvg")) for m in JDFL_SLOT_SWEEP}
+        ds = {m: d for m, d in ds.items() if d}
+        if ds:
+            wins = [m for m, d in ds.items() if statistics.fmean(d) > 0]
+            rows.append([f"every M in 2..7 beats M = 1 ({s.split('-')[1]})",
+                         ", ".join(f"M={m}: {100 * statistics.fmean(d):+.1f}" for m, d in ds.items()) + " pp",
+                         ("holds" if len(wins) == len(ds) == len(JDFL_SLOT_SWEEP) else
+                          "does not hold" if len(wins) < len(ds) else f"{len(ds)} of {len(JDFL_SLOT_SWEEP)} M run")
+                         + (" (one seed: indicative)" if all(len(d) == 1 for d in ds.values()) else "")])
+    if not rows:
+        return []
+    return (["The JDFL text's claims, judged on paired differences (same seed) of the best-round global accuracy "
+             "(the last round's where no curve was stored): *holds* when every seed agrees, *mixed* when the mean "
+             "agrees but a seed does not, *does not hold* when the mean disagrees.", ""]
+            + _table(["claim", "paired difference", "verdict"], rows) + [""])
