@@ -28,7 +28,7 @@ def test_run_json_and_database(capsys, tmp_path):
     rows = sqlite3.connect(db).execute("SELECT method, accuracy, per_client, git_rev, versions FROM runs ORDER BY id").fetchall()
     assert sorted(r[0] for r in rows) == ["Conditional", "FedAvg"]
     assert {r[0]: r[1] for r in rows}["FedAvg"] == res[0]["accuracy"]
-    assert json.loads(rows[0][4])["torch"]
+    assert json.loads(rows[0][4])["torch"] and json.loads(rows[0][4])["cpu"].endswith(")")  # the CPU and its vector ISA
 
 
 def test_scenario_describe_json(capsys):

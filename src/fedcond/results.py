@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS runs (
     rounds INTEGER,
     seconds REAL,
     device TEXT NOT NULL,
-    versions TEXT NOT NULL,          -- JSON: python, torch, numpy, fedcond
+    versions TEXT NOT NULL,          -- JSON: python, torch, numpy, fedcond, cpu (model and vector ISA)
     git_rev TEXT NOT NULL
 );
 -- a sweep cell is finished at most once: resuming skips it, a crash never duplicates it
@@ -100,8 +100,10 @@ def versions() -> dict:
     import torch
 
     from . import __version__
+    from .models.cpu_kernels.build import cpu_model, vector_isa
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__, "fedcond": __version__}
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__, "fedcond": __version__,
+            "cpu": f"{cpu_model()} ({vector_isa()})"}  # wall times differ by CPU, even between machines of one kind
 
 
 def save_run(con: sqlite3.Connection, *, family, dataset, scenario: dict, method, seed, protocol: dict, result,

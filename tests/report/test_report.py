@@ -291,3 +291,19 @@ def test_newcomers_section_shows_seen_and_unseen_per_statistic(tmp_path):
     section = text.split("## Clients never seen in training")[1]
     assert "| E3b/mnist/K=2/rich | class_means | Conditional | 99.0 | 97.0 | -2.0 pp | 1 |" in section
     assert "| E3b/mnist/K=2/rich | eigenvalues | Conditional | 99.0 | 55.0 | -44.0 pp | 1 |" in section
+
+
+def test_wall_time_per_configuration_names_the_cpu(tmp_path):
+    con = results.connect(tmp_path / "r.sqlite")
+    for method, seconds in (("FedAvg", 300.0), ("Ditto", 1800.0)):
+        results.save_run(con, family="E1", dataset="mnist", scenario={}, method=method, seed=0, protocol={},
+                         result=FakeResult(0.9, seconds=seconds), experiment="E1/mnist/K=2/rich", protocol_name="paper")
+    con.execute("UPDATE runs SET versions = '{}' WHERE method = 'FedAvg'")  # a row from before the CPU was recorded
+    con.commit()
+    con.close()
+    text = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text()
+    section = text.split("## Wall time per configuration")[1].split("\n## ")[0]
+    assert "In all: 2 rows, 0.6 core-hours." in section
+    line = next(x for x in section.splitlines() if x.startswith("| paper | E1/mnist/K=2/rich |"))
+    assert line.startswith("| paper | E1/mnist/K=2/rich | 2 | 35 | Ditto (30) | ") and "not recorded" in line
+    assert results.versions()["cpu"] in line  # the recorded CPU, with its vector ISA

@@ -276,6 +276,29 @@ def newcomers_section(ok: list[dict]) -> list[str]:
             + _table(["experiment", "statistic", "method", "seen", "unseen", "unseen - seen", "seeds"], table) + [""])
 
 
+def walltime_section(ok: list[dict]) -> list[str]:
+    """Per experiment and protocol: the cells run, their wall time and the CPUs they ran on (the
+    same machine kind can be an AVX-512 or an AVX2 CPU, and times differ between them)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in ok:
+        groups.setdefault((r["protocol_name"], r["experiment"]), []).append(r)
+    if not groups:
+        return []
+    table = []
+    for (p, exp), rs in sorted(groups.items(), key=lambda kv: (protocol_order(kv[0][0]), experiment_order(kv[0][1]))):
+        secs = [r["seconds"] for r in rs if r.get("seconds") is not None]
+        slowest = max(rs, key=lambda r: r.get("seconds") or 0)
+        cpus = sorted({(r.get("versions") or {}).get("cpu", "not recorded") for r in rs})
+        table.append([p or "-", exp, str(len(rs)), f"{sum(secs) / 60:.0f}", f"{slowest['method']} ({(slowest.get('seconds') or 0) / 60:.0f})",
+                      "; ".join(cpus)])
+    total = sum(r.get("seconds") or 0 for r in ok) / 3600
+    return (["## Wall time per configuration", "",
+             f"Rows (cells and seeds) per experiment and protocol, their summed wall time in minutes (one core each), the "
+             f"slowest method, and the CPU (rows made before the CPU was recorded say so). In all: {len(ok)} rows, "
+             f"{total:.1f} core-hours.", ""]
+            + _table(["protocol", "experiment", "rows", "minutes", "slowest (minutes)", "CPU"], table) + [""])
+
+
 def superseded_section(gone) -> list[str]:
     """Rows made under defaults that have changed since: not in any table above; why, and how many."""
     if not gone:

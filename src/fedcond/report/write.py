@@ -96,6 +96,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
                 rel = os.path.relpath(f.path, out)
                 lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
     lines += md.newcomers_section(ok)
+    lines += md.walltime_section(ok)
     lines += md.superseded_section(db.superseded)
     lines += md.failed_section(failed)
     path = out / "report.md"
