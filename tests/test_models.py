@@ -39,3 +39,55 @@ def test_film_starts_as_identity_and_learns_to_modulate():
 def test_model_for_picks_backbone():
     assert model_for((1, 28, 28), 10).fc1.out_features == 128
     assert model_for((3, 32, 32), 100).fc2.out_features == 100
+
+
+def _literal_light_cnn_features(m, x):
+    """SPEC C.6 as written: conv, GroupNorm, ReLU, MaxPool per block, in NCHW."""
+    import torch.nn.functional as F
+
+    h = m.normalise(x)
+    for conv, gn, _pool, _relu in m.blocks:
+        h = F.max_pool2d(F.relu(gn(conv(h))), 2)
+    h = F.relu(m.fc1(h.flatten(1)))
+    return F.relu(m.fc2(h))
+
+
+def test_light_cnn_pool_before_relu_is_bitwise_the_literal_order_and_channels_last_matches_nchw(monkeypatch):
+    from fedcond.models.light_cnn import LightCNN
+
+    torch.manual_seed(0)
+    m = LightCNN((3, 32, 32), 7)
+    x = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8)
+    y = torch.randint(0, 7, (6,))
+
+    def run(f):
+        m.zero_grad()
+        out = m.head(f(m, x))
+        torch.nn.functional.cross_entropy(out, y).backward()
+        return out.detach(), [p.grad.clone() for p in m.parameters()]
+
+    monkeypatch.setattr(LightCNN, "channels_last", False)
+    ours, g_ours = run(lambda mm, xx: mm.features(xx))
+    literal, g_lit = run(_literal_light_cnn_features)
+    assert torch.equal(ours, literal) and all(torch.equal(a, b) for a, b in zip(g_ours, g_lit))
+    monkeypatch.setattr(LightCNN, "channels_last", True)
+    cl, g_cl = run(lambda mm, xx: mm.features(xx))
+    assert torch.allclose(cl, literal, atol=1e-5, rtol=1e-4)
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-3) for a, b in zip(g_cl, g_lit))
+
+
+def test_light_cnn_under_vmap_equals_the_loop():
+    """The GPU engine vmaps the step over clients: channels-last inside must not break it."""
+    from torch.func import functional_call, vmap
+
+    from fedcond.models.light_cnn import LightCNN
+
+    torch.manual_seed(1)
+    m = LightCNN((3, 32, 32), 5)
+    params = {k: v.detach() for k, v in m.named_parameters()}
+    stacked = {k: torch.stack([v, v * 0.9]) for k, v in params.items()}
+    x = torch.randn(2, 4, 3, 32, 32)
+    out = vmap(lambda p, xx: functional_call(m, p, (xx,)))(stacked, x)
+    for i in range(2):
+        ref = functional_call(m, {k: v[i] for k, v in stacked.items()}, (x[i],))
+        assert torch.allclose(out[i], ref, atol=1e-5)

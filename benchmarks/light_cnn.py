@@ -1,0 +1,77 @@
+"""JDFL's light CNN (PACS, 3 x 112 x 112): one SGD training step, ours against the literal layout.
+
+  literal   conv, GroupNorm, ReLU, MaxPool per block, NCHW (SPEC C.6 as written)
+  ours      conv, GroupNorm, MaxPool, ReLU, channels-last (models/light_cnn.py; the same function)
+Batch 64, one thread, 28 outputs (JDFL's M x C = 4 x 7), interleaved, median of --reps. Run natively
+and, on CPUs wider than AVX2, again with torch capped to AVX2 (what an AVX2 CPU would see), each in
+its own process. Prints one line per ISA: `light_cnn/<isa>: ours R.RRx faster than literal`.
+
+Usage: python benchmarks/light_cnn.py [--reps 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def child(reps: int) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from fedcond.models.light_cnn import LightCNN
+
+    torch.set_num_threads(1)
+
+    def literal(m, x):
+        h = m.normalise(x)
+        for conv, gn, _pool, _relu in m.blocks:
+            h = F.max_pool2d(F.relu(gn(conv(h))), 2)
+        return m.head(F.relu(m.fc2(F.relu(m.fc1(h.flatten(1))))))
+
+    x = torch.randint(0, 256, (64, 3, 112, 112), dtype=torch.uint8)
+    y = torch.randint(0, 28, (64,))
+    runs = {}
+    for name, fwd in (("literal", literal), ("ours", lambda m, xx: m(xx))):
+        torch.manual_seed(0)
+        m = LightCNN((3, 112, 112), 28)
+        runs[name] = (m, fwd, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), [])
+    for rep in range(reps + 2):
+        for m, fwd, opt, times in runs.values():
+            t = time.perf_counter()
+            opt.zero_grad()
+            F.cross_entropy(fwd(m, x), y).backward()
+            opt.step()
+            if rep >= 2:  # warm-up
+                times.append(time.perf_counter() - t)
+    med = {k: sorted(v[3])[len(v[3]) // 2] * 1000 for k, v in runs.items()}
+    print(f"{med['literal']:.1f} {med['ours']:.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.reps)
+        return
+    from fedcond.models.cpu_kernels.build import cpu_model, vector_isa
+
+    isa = vector_isa()
+    print(f"CPU: {cpu_model()} ({isa}); batch 64, one thread, median of {args.reps}")
+    for label, env in ((isa, {}), *((("avx2 (torch capped)", AVX2),) if isa == "avx512" else ())):
+        out = subprocess.run([sys.executable, __file__, "--child", "--reps", str(args.reps)], env={**os.environ, **env},
+                             capture_output=True, text=True, check=True).stdout.split()
+        lit, ours = float(out[0]), float(out[1])
+        print(f"  {label}: literal {lit:.1f} ms, ours {ours:.1f} ms per step")
+        print(f"light_cnn/{label.split()[0]}: ours {lit / ours:.2f}x faster than literal")
+
+
+if __name__ == "__main__":
+    main()
