@@ -1,8 +1,8 @@
-"""JDFL's light CNN (PACS, 3 x 112 x 112): one SGD training step, ours against the literal layout.
+"""JDFL's light CNN (PACS, 3 x 112 x 112): one SGD training step, ours against the literal order.
 
-  literal   conv, GroupNorm, ReLU, MaxPool per block, NCHW (SPEC C.6 as written)
-  ours      conv, GroupNorm, MaxPool, ReLU, channels-last (models/light_cnn.py; the same function)
-Batch 64, one thread, 28 outputs (JDFL's M x C = 4 x 7), interleaved, median of --reps. Run natively
+  literal   conv, GroupNorm, ReLU, MaxPool per block (SPEC C.6 as written)
+  ours      conv, GroupNorm, MaxPool, ReLU (models/light_cnn.py; bitwise the same function)
+Both as the engines run them (engine.local_sgd.cpu_model: channels-last). Batch 64, one thread, 28 outputs (JDFL's M x C = 4 x 7), interleaved, median of --reps. Run natively
 and, on CPUs wider than AVX2, again with torch capped to AVX2 (what an AVX2 CPU would see), each in
 its own process. Prints one line per ISA: `light_cnn/<isa>: ours R.RRx faster than literal`.
 
@@ -24,7 +24,8 @@ def child(reps: int) -> None:
     import torch
     import torch.nn.functional as F
 
-    from fedcond.models.light_cnn import LightCNN
+    from fedcond.engine.local_sgd import cpu_model
+    from fedcond.models import ModelSpec
 
     torch.set_num_threads(1)
 
@@ -34,12 +35,12 @@ def child(reps: int) -> None:
             h = F.max_pool2d(F.relu(gn(conv(h))), 2)
         return m.head(F.relu(m.fc2(F.relu(m.fc1(h.flatten(1))))))
 
-    x = torch.randint(0, 256, (64, 3, 112, 112), dtype=torch.uint8)
+    x = torch.randint(0, 256, (64, 3, 112, 112), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 28, (64,))
     runs = {}
     for name, fwd in (("literal", literal), ("ours", lambda m, xx: m(xx))):
         torch.manual_seed(0)
-        m = LightCNN((3, 112, 112), 28)
+        m = cpu_model(ModelSpec(input_shape=(3, 112, 112), num_classes=28))
         runs[name] = (m, fwd, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), [])
     for rep in range(reps + 2):
         for m, fwd, opt, times in runs.values():

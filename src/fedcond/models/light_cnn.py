@@ -8,12 +8,10 @@ The authors found ResNet-18 overfits PACS and Office-Caltech; they give no width
 The stride-2 first convolution keeps a forward pass at ~65 MFLOP for 112 px inputs (a CPU can
 train it at a few hundred samples per second per core). GroupNorm (8 groups) instead of
 BatchNorm: no running statistics to average across domains, and it works at any batch size.
-Speed without changing the function: ReLU after the pool equals ReLU before it, forward and
-backward, bit for bit (max commutes with the monotone ReLU; where a window's max is <= 0 both
-orders pass no gradient), on a quarter of the elements; and the convolutions run channels-last,
-where oneDNN's convolutions and torch's pooling are faster: a batch-64 training step on one core
-is 1.39x faster on a Xeon with AVX-512 and 1.24x with torch capped to AVX2 (benchmarks/light_cnn.py). Channels-last
-changes the convolutions' summation order, so numbers match the NCHW layout to float rounding.
+ReLU comes after the pool: the same function as ReLU before it, forward and backward, bit for bit
+(max commutes with the monotone ReLU; where a window's max is <= 0 both orders pass no gradient),
+on a quarter of the elements (benchmarks/light_cnn.py times both orders as the engines run them,
+channels-last).
 Parameter names are stable (`blocks.0..2`, `fc1`, `fc2`, `head`): JDFL's discovery picks its
 layer subsets by them.
 """
@@ -38,8 +36,6 @@ def _block(cin: int, cout: int, kernel: int, stride: int) -> nn.Sequential:
 
 
 class LightCNN(nn.Module):
-    channels_last = True  # on CPU, the activations' layout in the conv blocks (False: NCHW, for comparison)
-
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int, stat_dim: int = 0,
                  mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)):
         super().__init__()
@@ -61,11 +57,6 @@ class LightCNN(nn.Module):
     def features(self, x: torch.Tensor, s: torch.Tensor | None = None) -> torch.Tensor:
         """The representation fed to the head [B, 128] (FedProc's prototypes live here)."""
         h = self.normalise(x)
-        if self.channels_last and h.device.type == "cpu":  # measured on CPUs only
-            try:
-                h = h.contiguous(memory_format=torch.channels_last)
-            except RuntimeError:  # inside torch.func.vmap (the GPU engine), which cannot ask for layouts
-                pass
         for block in self.blocks:
             h = block(h)
         h = h.flatten(1)
