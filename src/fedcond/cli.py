@@ -40,7 +40,7 @@ def _float_in(low: float, high: float, low_open: bool = False):
 
 def _add_protocol_args(p: argparse.ArgumentParser) -> None:
     """The protocol options, the same on run and sweep (a sweep records them in the cell's name)."""
-    p.add_argument("--epochs", type=_positive_int, help="passes over the data (default 20, the paper's)")
+    p.add_argument("--epochs", type=_positive_int, help="passes over the data (default: the preset's; paper 20, jdfl its rounds)")
     p.add_argument("--local-epochs", type=_positive_int, help="federated methods: local epochs per round (default 1)")
     p.add_argument("--lr", type=_float_in(0, float("inf"), low_open=True), help="local SGD learning rate (default 0.01)")
     p.add_argument("--momentum", type=_float_in(0, 1), help="local SGD momentum (default 0.9; reset every round)")

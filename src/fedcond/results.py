@@ -103,7 +103,8 @@ def versions() -> dict:
     from .models.cpu_kernels.build import cpu_model, vector_isa
 
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__, "fedcond": __version__,
-            "cpu": f"{cpu_model()} ({vector_isa()})"}  # wall times differ by CPU, even between machines of one kind
+            "cpu": f"{cpu_model()} ({vector_isa()}; torch uses {torch.backends.cpu.get_cpu_capability().lower()})"}
+    # wall times differ by CPU, even between machines of one kind, and by the ISA torch was allowed
 
 
 def save_run(con: sqlite3.Connection, *, family, dataset, scenario: dict, method, seed, protocol: dict, result,

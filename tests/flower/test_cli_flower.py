@@ -20,6 +20,8 @@ def run_cli(capsys, *argv):
     (["--experiment", "E1/mnist/K=2/rich", "--method", "NoSuchMethod"], "unknown method"),
     (["--experiment", "E9/none", "--method", "FedAvg"], "no experiment matches"),
     (["--experiment", "E1/mnist/K=2/rich", "--method", "FedAvg", "--fraction", "1.5"], "--fraction must be in (0, 1]"),
+    (["--experiment", "E1/mnist/K=2/rich", "--method", "FedProc"], "custom local losses"),
+    (["--experiment", "JDFL/pacs/main", "--method", "FedAvg+jdfl-graded"], "custom local losses"),
 ])
 def test_bad_input_is_one_line(capsys, argv, message):
     pytest.importorskip("flwr")
@@ -40,6 +42,18 @@ def test_run_config_round_trips(capsys):
     assert run.method == "Conditional-FedAvg"  # the paper's Conditional in its federated form
     assert run.clients == 10 and run.num_rounds == 3 and run.dp.noise_multiplier == 0.8
     assert FlowerRun.from_json(run.to_json()) == run
+
+
+def test_run_config_takes_the_experiments_own_preset(capsys):
+    pytest.importorskip("flwr")
+    shared_file("pacs_photo.npz.xz")
+    from fedcond.experiments import PROTOCOLS
+    from fedcond.flower.config import FlowerRun
+
+    code, out, err = run_cli(capsys, "flower", "run-config", "--experiment", "JDFL/pacs/main", "--method", "FedAvg",
+                             "--fraction", "0.05", "--data-dir", str(SHARED))
+    assert code == 0, err
+    assert FlowerRun.from_json(out).protocol == PROTOCOLS["jdfl"][0]  # JDFL's rounds and momentum, not the paper's
 
 
 @pytest.mark.flower

@@ -15,7 +15,7 @@ def add_parser(sub, positive_int) -> None:
         p.add_argument("--experiment", required=True, help="a registry name, e.g. E1/mnist/K=2/rich")
         p.add_argument("--method", required=True, help="a server-topology method: FedAvg, Conditional-FedAvg, Ditto, IFCA, FedProx, SCAFFOLD, FedDyn")
         p.add_argument("--rounds", type=positive_int, help="rounds (default: epochs / local epochs)")
-        p.add_argument("--epochs", type=positive_int, help="passes over the data (default 20)")
+        p.add_argument("--epochs", type=positive_int, help="passes over the data (default: the experiment's preset; 20 for paper)")
         p.add_argument("--local-epochs", type=positive_int, help="local epochs per round (default 1)")
         p.add_argument("--fraction", type=float, default=1.0, help="keep this share of every split (default 1)")
         p.add_argument("--normalisation", choices=["secure-zscore", "log"], default="secure-zscore",
@@ -62,9 +62,8 @@ def flower_command(args) -> int:
 
 def make_run(args):
     from ..errors import FedcondError
-    from ..experiments import EXPERIMENTS, select
+    from ..experiments import EXPERIMENTS, PROTOCOLS, select
     from ..flower.config import DPConfig, FlowerRun
-    from ..protocol import PAPER
 
     if args.experiment not in EXPERIMENTS:
         select(args.experiment)  # the registry's error, with the closest names
@@ -81,8 +80,10 @@ def make_run(args):
     if not alg.federated or alg.needs_truth:
         raise FedcondError(f"{method} trains on pooled data or needs the true clusters; over Flower use a server-topology "
                            "method (FedAvg, Conditional-FedAvg, Ditto, IFCA, FedProx, SCAFFOLD, FedDyn)")
+    if "+" in method or type(alg).__name__ == "FedProc":  # their jobs carry a custom loss, which the wire cannot send
+        raise FedcondError(f"{method}: custom local losses (FedProc, JDFL) do not run over Flower yet; use fedcond run or sweep")
     spec = exp.spec(seed=args.seed, data_dir=args.data_dir, fraction=args.fraction)
-    protocol = PAPER.replace(epochs=args.epochs, local_epochs=args.local_epochs, statistic=args.statistic)
+    protocol = PROTOCOLS[exp.preset][0].replace(epochs=args.epochs, local_epochs=args.local_epochs, statistic=args.statistic)
     dp = DPConfig(args.dp_noise, args.dp_clip, args.dp_delta) if args.dp_noise is not None else None
     clients = spec.build().federation.num_clients  # one SuperNode per client
     return FlowerRun(spec=spec, method=method, clients=clients, protocol=protocol, rounds=args.rounds, seed=args.seed,

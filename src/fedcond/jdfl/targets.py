@@ -28,12 +28,13 @@ DRAWS = ("step", "sample")  # the random scheme's slot: drawn anew at every step
 
 
 def sample_slots(x: torch.Tensor, slots: int, salt: int) -> torch.Tensor:
-    """A slot in [0, slots) per sample, fixed by the sample's content: its pixels rounded to 1/1024,
-    dotted with seeded integer weights in exact int64 arithmetic (the same on every batch and
-    machine), then mixed. |pixel| < 2^11 after normalisation keeps the sum far below 2^63."""
+    """A slot in [0, slots) per sample, fixed by the sample's content: its pixels (the engine's uint8
+    images, or floats, rounded to 1/1024) dotted with seeded integer weights in exact int64
+    arithmetic (the same on every batch and machine), then mixed. Pixels below 2^11 in magnitude
+    keep the sum far below 2^63."""
     flat = torch.round(x.detach().reshape(x.shape[0], -1).double() * 1024).long()
     g = torch.Generator().manual_seed(int(np.random.SeedSequence([0x5108, salt]).generate_state(1)[0]))
-    w = torch.randint(1, 1 << 20, (flat.shape[1],), generator=g, dtype=torch.long)
+    w = torch.randint(1, 1 << 20, (flat.shape[1],), generator=g, dtype=torch.long).to(flat.device)
     h = (flat * w).sum(1)
     h = (h ^ (h >> 29)) * 0x5851F42D4C957F2D  # mix the low bits (wraps in int64, as intended)
     return torch.remainder(h >> 17, slots)

@@ -285,7 +285,7 @@ def walltime_section(ok: list[dict]) -> list[str]:
     if not groups:
         return []
     table = []
-    for (p, exp), rs in sorted(groups.items(), key=lambda kv: (protocol_order(kv[0][0]), experiment_order(kv[0][1]))):
+    for (p, exp), rs in sorted(groups.items(), key=lambda kv: (protocol_order(kv[0][0]), experiment_order(kv[0][1] or ""))):
         secs = [r["seconds"] for r in rs if r.get("seconds") is not None]
         slowest = max(rs, key=lambda r: r.get("seconds") or 0)
         cpus = sorted({(r.get("versions") or {}).get("cpu", "not recorded") for r in rs})
@@ -293,7 +293,7 @@ def walltime_section(ok: list[dict]) -> list[str]:
                       "; ".join(cpus)])
     total = sum(r.get("seconds") or 0 for r in ok) / 3600
     return (["## Wall time per configuration", "",
-             f"Rows (cells and seeds) per experiment and protocol, their summed wall time in minutes (one core each), the "
+             f"Rows (cells and seeds) per experiment and protocol, their summed wall time in minutes, the "
              f"slowest method, and the CPU (rows made before the CPU was recorded say so). In all: {len(ok)} rows, "
              f"{total:.1f} core-hours.", ""]
             + _table(["protocol", "experiment", "rows", "minutes", "slowest (minutes)", "CPU"], table) + [""])
