@@ -307,3 +307,14 @@ def test_wall_time_per_configuration_names_the_cpu(tmp_path):
     line = next(x for x in section.splitlines() if x.startswith("| paper | E1/mnist/K=2/rich |"))
     assert line.startswith("| paper | E1/mnist/K=2/rich | 2 | 35 | Ditto (30) | ") and "not recorded" in line
     assert results.versions()["cpu"] in line  # the recorded CPU, with its vector ISA
+
+
+def test_a_variant_protocol_shows_only_the_published_tables_it_ran(tmp_path):
+    con = results.connect(tmp_path / "r.sqlite")
+    save(con, "E3b/mnist/K=2/rich", "Conditional", 0, 0.98, protocol="paper[statistic=class_means]")
+    save(con, "E1/mnist/K=2/rich", "FedAvg", 0, 0.98)
+    con.close()
+    text = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text()
+    variant = text[text.index("## Results, protocol `paper` with statistic=class_means"):]
+    assert "### Table XVII: E3b" in variant and "### Table X: E1" not in variant
+    assert "### Table X: E1" in text and "### Table XVIII: E3b" in text  # the preset keeps every table

@@ -136,9 +136,12 @@ def header(db: Database, protocol_filter: str | None) -> list[str]:
 
 def published_table(t: PublishedTable, protocol: str | None, cells: dict, label: str) -> list[str]:
     """One published table under one protocol. Methods beyond the paper's that we ran on these
-    settings get extra columns (ours only)."""
+    settings get extra columns (ours only). A variant of a preset (`paper[...]`) shows only the
+    tables it ran a cell of: its other tables would repeat the published numbers."""
     exps = set(t.experiments)
     ours_methods = {m for (p, e, m) in cells if p == protocol and e in exps}
+    if not ours_methods and protocol is not None and "[" in protocol:
+        return []
     extra = sorted(ours_methods - set(t.methods), key=method_order)
     methods = list(t.methods) + extra
     rows, run, diffs = [], 0, []
