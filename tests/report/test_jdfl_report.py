@@ -92,3 +92,34 @@ def test_jdfl_protocol_is_named_as_its_own_reproduction_protocol():
     assert protocol_label("jdfl[epochs=60,momentum=0.0]") == "protocol `jdfl` with epochs=60,momentum=0.0"
     assert "learning rate 0.01" in reproduction_note("jdfl") and "probe or variant" in reproduction_note("jdfl[epochs=3]")
     assert "not a reproduction" in protocol_label("short")
+
+
+def test_protocol_probes_name_where_fedavgs_curve_flattens(tmp_path):
+    from fedcond import results
+    from fedcond.report import write_report
+
+    con = results.connect(tmp_path / "p.sqlite")
+
+    @dataclass
+    class R:
+        accuracy: float
+        weighted_accuracy: float
+        extra: dict
+        accuracy_std: float = 0.0
+        per_client: list = field(default_factory=list)
+        seconds: float = 1.0
+        rounds: int = 30
+        hyperparameters: dict = field(default_factory=dict)
+
+    rising = [[r, 0.0, 0.3 + 0.01 * r] for r in range(1, 31)]  # +10 pp per 10 rounds throughout
+    flat = [[r, 0.0, min(0.5, 0.3 + 0.01 * r)] for r in range(1, 31)]  # flat from round 20 on
+    for name, curve, momentum in (("jdfl[momentum=0.0]", rising, 0.0), ("jdfl", flat, 0.9)):
+        results.save_run(con, family="domain", dataset="pacs", scenario={}, method="FedAvg", seed=0,
+                         protocol={"momentum": momentum}, result=R(curve[-1][2], curve[-1][2], {"curve": curve}),
+                         experiment="JDFL/pacs/main", protocol_name=name)
+    con.close()
+    text = write_report(tmp_path / "p.sqlite", tmp_path / "out").read_text()
+    probes = text.split("## JDFL protocol probes")[1]
+    assert "| `jdfl` | 0 | 0.9 | 30 | 50.0 | 50.0 | 20: +10.0, 30: +0.0 | 30 |" in probes
+    assert "| `jdfl[momentum=0.0]` | 0 | 0.0 | 30 | 60.0 | 60.0 | 20: +10.0, 30: +10.0 | not by 30 |" in probes
+    assert (tmp_path / "out" / "jdfl_probes_pacs.png").is_file()

@@ -64,6 +64,73 @@ def jdfl_section(protocol: str | None, ok: list[dict], label: str, out_dir=None)
     return lines
 
 
+PLATEAU_PP = 0.5  # a curve has flattened once it gains less than this over the last PLATEAU_WINDOW rounds
+PLATEAU_WINDOW = 10
+
+
+def gain_over_window(curve: list, end: int, window: int = PLATEAU_WINDOW) -> float | None:
+    """Global accuracy at round `end` minus at round `end - window` (the curve's third column), or None."""
+    by_round = {int(r): w for r, _, w in curve}
+    if end not in by_round or end - window not in by_round:
+        return None
+    return by_round[end] - by_round[end - window]
+
+
+def protocol_probes_section(ok: list[dict], out_dir=None) -> list[str]:
+    """FedAvg's curve on each JDFL dataset under every protocol that stored one: the probes that set
+    the `jdfl` preset's momentum and rounds. Gains over each 10-round window, and the first round
+    where the gain fell below PLATEAU_PP."""
+    lines = []
+    for short, dataset in JDFL_DATASETS.items():
+        runs = [r for r in ok if r["experiment"] == f"JDFL/{short}/main" and r["method"] == "FedAvg"
+                and (r.get("extra") or {}).get("curve")]
+        if not runs:
+            continue
+        runs.sort(key=lambda r: (r["protocol_name"] or "", r["seed"]))
+        table = []
+        for r in runs:
+            c = r["extra"]["curve"]
+            last = int(c[-1][0])
+            gains = [(end, g) for end in range(PLATEAU_WINDOW, last + 1, PLATEAU_WINDOW)
+                     if (g := gain_over_window(c, end)) is not None]
+            flat = next((end for end, g in gains if g < PLATEAU_PP / 100), None)
+            proto = r.get("protocol") or {}
+            table.append([f"`{r['protocol_name']}`", str(r["seed"]), str(proto.get("momentum", "-")), str(last),
+                          pct(c[-1][2]), pct(max(x[2] for x in c)),
+                          ", ".join(f"{end}: {100 * g:+.1f}" for end, g in gains) or "-",
+                          str(flat) if flat else f"not by {last}"])
+        lines += [f"#### FedAvg's curve on {short} under each protocol probed", "",
+                  f"Global test accuracy (%) after the last round and at the best; gain (pp) over each {PLATEAU_WINDOW} rounds "
+                  f"ending at the round named; the first such round where the gain fell below {PLATEAU_PP} pp.", ""]
+        lines += _table(["protocol", "seed", "momentum", "rounds", "last", "best", f"gain per {PLATEAU_WINDOW} rounds", "flat from"],
+                        table) + [""]
+        if out_dir is not None:
+            lines += _probe_figure(short, runs, out_dir)
+    return (["## JDFL protocol probes", ""] + lines) if lines else []
+
+
+def _probe_figure(short: str, runs: list[dict], out_dir) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from pathlib import Path
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for r in runs:
+        c = r["extra"]["curve"]
+        ax.plot([x[0] for x in c], [100 * x[2] for x in c], label=f"{r['protocol_name']} (seed {r['seed']})")
+    ax.set_xlabel("round")
+    ax.set_ylabel("global test accuracy, %")
+    ax.set_title(f"FedAvg on {short}: the protocol probes")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    name = f"jdfl_probes_{short}.png"
+    fig.savefig(Path(out_dir) / name, dpi=110)
+    plt.close(fig)
+    return [f"![FedAvg on {short} under each probed protocol]({name})", ""]
+
+
 def _curves(short: str, rows: list[dict], protocol: str | None, out_dir) -> list[str]:
     """Global test accuracy against rounds, mean over seeds, per base: standalone and both schemes."""
     main = _by(rows, f"JDFL/{short}/main")

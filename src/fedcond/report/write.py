@@ -10,7 +10,7 @@ from ..algorithms import PAPER_METHODS
 from ..errors import FedcondError
 from ..experiments import PROTOCOLS
 from . import tables as md
-from .jdfl import jdfl_section
+from .jdfl import jdfl_section, protocol_probes_section
 from .data import cells as make_cells
 from .data import paper_results, protocol_order, published_tables, read_database
 
@@ -96,6 +96,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
                 rel = os.path.relpath(f.path, out)
                 lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
     lines += md.newcomers_section(ok)
+    lines += protocol_probes_section(ok, out)
     lines += md.walltime_section(ok)
     lines += md.superseded_section(db.superseded)
     lines += md.failed_section(failed)
