@@ -123,3 +123,17 @@ def test_protocol_probes_name_where_fedavgs_curve_flattens(tmp_path):
     assert "| `jdfl` | 0 | 0.9 | 30 | 50.0 | 50.0 | 20: +10.0, 30: +0.0 | 30 |" in probes
     assert "| `jdfl[momentum=0.0]` | 0 | 0.0 | 30 | 60.0 | 60.0 | 20: +10.0, 30: +10.0 | not by 30 |" in probes
     assert (tmp_path / "out" / "jdfl_probes_pacs.png").is_file()
+
+
+def test_a_dataset_without_runs_says_why_from_the_explanations_file(tmp_path):
+    from fedcond import results
+    from fedcond.report import write_report
+
+    con = results.connect(tmp_path / "j.sqlite")
+    _save(con, "JDFL/pacs/main", "FedAvg", 0, 0.40)
+    con.close()
+    why = tmp_path / "why.csv"
+    why.write_text('experiment,method,explanation\nJDFL/office/main,*,"no copy of the data here"\n')
+    text = write_report(tmp_path / "j.sqlite", tmp_path / "out", explanations=why).read_text()
+    office = text[text.index("#### office"):]
+    assert office.split("\n\n")[1] == "No run of this protocol: no copy of the data here"

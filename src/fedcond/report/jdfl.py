@@ -51,7 +51,9 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def jdfl_section(protocol: str | None, ok: list[dict], label: str, out_dir=None) -> list[str]:
+def jdfl_section(protocol: str | None, ok: list[dict], label: str, out_dir=None, why: dict | None = None) -> list[str]:
+    """`why`: explanations by (experiment, method); ("JDFL/<dataset>/main", "*") says why a dataset
+    has no run (e.g. its data cannot be had where the campaign ran)."""
     rows = [r for r in ok if r["protocol_name"] == protocol and (r["experiment"] or "").startswith("JDFL/")]
     lines = [f"### JDFL (SPEC Part C), {label}", ""]
     if not rows:
@@ -59,6 +61,10 @@ def jdfl_section(protocol: str | None, ok: list[dict], label: str, out_dir=None)
     lines += ["Global test accuracy (all domains' held-out images), %, mean ± std over seeds; "
               "[difference to the base standalone, pp].", ""]
     for short in JDFL_DATASETS:
+        if not any(r["experiment"].startswith(f"JDFL/{short}/") for r in rows):
+            reason = (why or {}).get((f"JDFL/{short}/main", "*"))
+            lines += [f"#### {short}", "", "No run of this protocol" + (f": {reason}" if reason else "."), ""]
+            continue
         lines += _dataset(short, rows)
         lines += _curves(short, rows, protocol, out_dir)
     return lines

@@ -87,7 +87,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
         lines += md.control_section(p, cells, published)
         lines += md.ari_section(p, cells, label)
         lines += md.study_section(p, cells, label)
-        lines += jdfl_section(p, ok, label, out)
+        lines += jdfl_section(p, ok, label, out, why)
         lines += [f"### Figures, {label}", ""]
         for f in draw_all(published, p, cells, out):
             if f.path is None:
