@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from fedcond import results
 from fedcond.report import write_report
 
 
+def _result(acc, extra=None, accuracy=None, rounds=4):
+    """What save_run reads of a MethodResult: global accuracy `acc`, mean over clients `accuracy`."""
+    return SimpleNamespace(accuracy=acc if accuracy is None else accuracy, accuracy_std=0.0, weighted_accuracy=acc,
+                           per_client=[acc], seconds=1.0, rounds=rounds, hyperparameters={}, extra=extra or {})
+
+
 def _save(con, experiment, method, seed, acc, extra=None, accuracy=None):
-    r = SimpleNamespace(accuracy=acc if accuracy is None else accuracy, accuracy_std=0.0, weighted_accuracy=acc,
-                        per_client=[acc], seconds=1.0, rounds=4, hyperparameters={}, extra=extra or {})
     results.save_run(con, family="domain", dataset="pacs", scenario={}, method=method, seed=seed, protocol={},
-                     result=r, experiment=experiment, protocol_name="short")
+                     result=_result(acc, extra, accuracy), experiment=experiment, protocol_name="short")
 
 
 def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
@@ -62,22 +65,11 @@ def test_best_round_table_and_curves_figure(tmp_path):
 
     con = results.connect(tmp_path / "r.sqlite")
 
-    @dataclass
-    class R:
-        accuracy: float
-        weighted_accuracy: float
-        extra: dict
-        accuracy_std: float = 0.0
-        per_client: list = field(default_factory=list)
-        seconds: float = 1.0
-        rounds: int = 3
-        hyperparameters: dict = field(default_factory=dict)
-
     for method, final, best in (("FedAvg", 0.5, 0.6), ("FedAvg+jdfl-graded", 0.55, 0.7)):
         curve = [[1, 0.3, 0.3], [2, best, best], [3, final, final]]
         extra = {"curve": curve, "best_weighted_accuracy": best, "best_weighted_round": 2}
         results.save_run(con, family="domain", dataset="pacs", scenario={}, method=method, seed=0, protocol={},
-                         result=R(final, final, extra), experiment="JDFL/pacs/main", protocol_name="jdfl")
+                         result=_result(final, extra, rounds=3), experiment="JDFL/pacs/main", protocol_name="jdfl")
     con.close()
     text = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text()
     best = text.split("Best round")[1].split("\n\n")[1]
@@ -100,22 +92,11 @@ def test_protocol_probes_name_where_fedavgs_curve_flattens(tmp_path):
 
     con = results.connect(tmp_path / "p.sqlite")
 
-    @dataclass
-    class R:
-        accuracy: float
-        weighted_accuracy: float
-        extra: dict
-        accuracy_std: float = 0.0
-        per_client: list = field(default_factory=list)
-        seconds: float = 1.0
-        rounds: int = 30
-        hyperparameters: dict = field(default_factory=dict)
-
     rising = [[r, 0.0, 0.3 + 0.01 * r] for r in range(1, 31)]  # +10 pp per 10 rounds throughout
     flat = [[r, 0.0, min(0.5, 0.3 + 0.01 * r)] for r in range(1, 31)]  # flat from round 20 on
     for name, curve, momentum in (("jdfl[momentum=0.0]", rising, 0.0), ("jdfl", flat, 0.9)):
         results.save_run(con, family="domain", dataset="pacs", scenario={}, method="FedAvg", seed=0,
-                         protocol={"momentum": momentum}, result=R(curve[-1][2], curve[-1][2], {"curve": curve}),
+                         protocol={"momentum": momentum}, result=_result(curve[-1][2], {"curve": curve}, rounds=30),
                          experiment="JDFL/pacs/main", protocol_name=name)
     con.close()
     text = write_report(tmp_path / "p.sqlite", tmp_path / "out").read_text()
