@@ -268,6 +268,19 @@ def test_cells_beyond_3pp_are_listed_with_their_explanation_or_marked_unexplaine
     assert "protocol `paper` with statistic=random" in text
 
 
+def test_an_explanation_that_starts_unexplained_counts_as_unexplained_and_keeps_its_evidence(tmp_path):
+    """A gap measured well (say, a seed spread that does not cover it) stays unexplained."""
+    con = results.connect(tmp_path / "r.sqlite")
+    save(con, "E1/mnist/K=2/super_sparse", "FedAvg", 0, published("XI", "mnist", "K=2,super_sparse", "FedAvg") - 0.08)
+    con.close()
+    why = tmp_path / "explanations.csv"
+    why.write_text("experiment,method,explanation\nE1/mnist/K=2/super_sparse,FedAvg,\"unexplained: seeds 0-2 sd 4 pp\"\n")
+    text = write_report(tmp_path / "r.sqlite", tmp_path / "out", explanations=why).read_text()
+    section = text.split("### Cells more than 3 pp")[1].split("###")[0]
+    assert "1 cells; 1 unexplained" in section
+    assert "**unexplained**: seeds 0-2 sd 4 pp" in section
+
+
 def test_a_malformed_explanations_file_is_one_clear_error(tmp_path):
     db = build_db(tmp_path / "r.sqlite")
     bad = tmp_path / "why.csv"

@@ -330,7 +330,7 @@ def conditional_vs_oracle(tables, protocol, cells) -> tuple[Figure | None, str]:
 
 FIGURES = (  # key, title, drawer
     ("accuracy_vs_k", "Accuracy vs K (E1, table X)", accuracy_vs_k),
-    ("accuracy_vs_sparsity", "Accuracy vs sparsity (E1, K=2, table XI)", accuracy_vs_sparsity),
+    ("accuracy_vs_sparsity", "Accuracy vs sparsity, one row per family with a sparsity table", accuracy_vs_sparsity),
     ("gap_to_oracle", "Gap to Oracle across sparsity", gap_vs_sparsity),
     ("heatmap", "All experiments x methods", heatmap),
     ("conditional_minus_oracle", "Conditional minus Oracle per family", conditional_vs_oracle),
