@@ -58,6 +58,7 @@ def test_scenario_describe_json(capsys):
         (["scenario", "describe", "E1", "--groups", "0,1|1,2"], "a class appears in two groups"),
         (["scenario", "describe", "E3b", "--groups", "blocks"], "E1 and E2a only"),
         (["sweep", "E1/mnist/K=2/rich", "--dry-run", "--groups", "0,1,2|x"], "grouping name"),
+        (["report", "--readme", "README.md", "--out", "/nonexistent/never"], "give --protocol too"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):

@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--explanations", help="CSV (experiment, method, explanation) of why cells differ from the "
                      "published values by more than 3 pp (default: explanations.csv beside the database, if present)")
     rep.add_argument("--protocol", help="only this protocol's rows (default: all, each in its own tables)")
+    rep.add_argument("--readme", metavar="PATH", help="also refill the reproduction-summary block of this README "
+                     "(between its '<!-- reproduction summary: begin' and 'end -->' markers) for --protocol")
 
     st = sub.add_parser("study", help="the earlier study (SPEC Part B): synthetic tasks and EMNIST, printed as tables")
     st_sub = st.add_subparsers(dest="study_command", required=True)
@@ -224,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 from pathlib import Path
 
                 explanations = Path(args.db).with_name("explanations.csv")
-            print(write_report(args.db, args.out, args.protocol, explanations))
+            print(write_report(args.db, args.out, args.protocol, explanations, readme=args.readme))
             return 0
     except FedcondError as e:
         print(f"fedcond: error: {e}", file=sys.stderr)

@@ -281,6 +281,35 @@ def test_an_explanation_that_starts_unexplained_counts_as_unexplained_and_keeps_
     assert "**unexplained**: seeds 0-2 sd 4 pp" in section
 
 
+def test_readme_summary_block_is_refilled_from_the_database_and_the_rest_kept(tmp_path):
+    from fedcond.report.readme import BEGIN, END
+
+    con = results.connect(tmp_path / "r.sqlite")
+    save(con, "E1/mnist/K=2/super_sparse", "FedAvg", 0, published("XI", "mnist", "K=2,super_sparse", "FedAvg") - 0.05)
+    save(con, "E1/mnist/K=2/super_sparse", "Oracle", 0, published("XI", "mnist", "K=2,super_sparse", "Oracle") + 0.01)
+    con.close()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\nabove\n{BEGIN}\nstale table\n{END}\nbelow\n")
+    write_report(tmp_path / "r.sqlite", tmp_path / "out", "paper", readme=readme)
+    text = readme.read_text()
+    assert text.startswith("# title\nabove\n" + BEGIN) and text.endswith(END + "\nbelow\n")
+    assert "stale table" not in text
+    assert "| XI (E1 label shift) | 2 of 120 | -2.0 pp | 3.0 pp |" in text
+    assert "| XIII (E2a covariate shift by subclasses) | 0 of 72 | - | - |" in text
+    assert "value: 1; 1 unexplained" in text and "E1/mnist/K=2/super_sparse FedAvg" in text
+
+
+def test_readme_without_its_markers_or_without_a_protocol_is_one_clear_error(tmp_path):
+    db = build_db(tmp_path / "r.sqlite")
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers here\n")
+    with pytest.raises(FedcondError, match="no .* block to fill"):
+        write_report(db, tmp_path / "out", "paper", readme=readme)
+    with pytest.raises(FedcondError, match="give --protocol too"):
+        write_report(db, tmp_path / "out", readme=readme)
+    assert readme.read_text() == "# no markers here\n"
+
+
 def test_a_malformed_explanations_file_is_one_clear_error(tmp_path):
     db = build_db(tmp_path / "r.sqlite")
     bad = tmp_path / "why.csv"

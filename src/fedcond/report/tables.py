@@ -134,6 +134,23 @@ def header(db: Database, protocol_filter: str | None) -> list[str]:
     return lines
 
 
+def table_title(t: PublishedTable) -> str:
+    family = FAMILY_TITLES.get(t.family, "")
+    return f"{t.family}{' ' + family if family else ''}"
+
+
+def table_differences(t: PublishedTable, protocol: str | None, cells: dict) -> list[float]:
+    """Ours minus published (fractions) for every published cell of `t` that we ran."""
+    out = []
+    for dataset, setting, exp in t.rows:
+        for m in t.methods:
+            c = cells.get((protocol, exp, m)) if exp else None
+            pub = t.values.get((dataset, setting, m))
+            if c is not None and c.mean is not None and pub is not None:
+                out.append(c.mean - pub)
+    return out
+
+
 def published_table(t: PublishedTable, protocol: str | None, cells: dict, label: str) -> list[str]:
     """One published table under one protocol. Methods beyond the paper's that we ran on these
     settings get extra columns (ours only). A variant of a preset (`paper[...]`) shows only the
@@ -144,21 +161,16 @@ def published_table(t: PublishedTable, protocol: str | None, cells: dict, label:
         return []
     extra = sorted(ours_methods - set(t.methods), key=method_order)
     methods = list(t.methods) + extra
-    rows, run, diffs = [], 0, []
+    rows = []
     for dataset, setting, exp in t.rows:
         cs = [cells.get((protocol, exp, m)) if exp else None for m in methods]
         row = [dataset, setting, _seeds_text(cs)]
         for m, c in zip(methods, cs):
-            pub = t.values.get((dataset, setting, m))
-            row.append(cell_text(c, pub))
-            if c is not None and c.mean is not None and pub is not None:
-                run += 1
-                diffs.append(c.mean - pub)
+            row.append(cell_text(c, t.values.get((dataset, setting, m))))
         rows.append(row)
-    family = FAMILY_TITLES.get(t.family, "")
-    lines = [f"### Table {t.table}: {t.family}{' ' + family if family else ''}, {label}", ""]
-    published_cells = len(t.values)
-    summary = f"{run} of {published_cells} published cells run"
+    lines = [f"### Table {t.table}: {table_title(t)}, {label}", ""]
+    diffs = table_differences(t, protocol, cells)
+    summary = f"{len(diffs)} of {len(t.values)} published cells run"
     if diffs:
         summary += (f"; mean difference {pp(sum(diffs) / len(diffs))}, "
                     f"mean absolute difference {100 * sum(abs(d) for d in diffs) / len(diffs):.1f} pp")
@@ -171,9 +183,10 @@ GAP_PP = 3.0  # a cell this far (percentage points) from its published value is 
 UNEXPLAINED = "**unexplained**"  # an explanations.csv text may start with "unexplained" and give what was measured
 
 
-def gaps_section(published: list, protocol: str | None, cells: dict, explanations: dict, label: str) -> list[str]:
-    """Every run cell more than GAP_PP from its published value, with its explanation (from the
-    explanations file: experiment, method -> text with its evidence) or marked unexplained."""
+def gap_rows(published: list, protocol: str | None, cells: dict, explanations: dict) -> list[list[str]]:
+    """[table, experiment, method, ours, published, difference, explanation] for every run cell more
+    than GAP_PP from its published value; the explanation comes from the explanations file
+    (experiment, method -> text with its evidence) or is UNEXPLAINED."""
     rows, seen = [], set()
     for t in published:
         for dataset, setting, exp in t.rows:
@@ -189,6 +202,11 @@ def gaps_section(published: list, protocol: str | None, cells: dict, explanation
                     if why.lower().startswith("unexplained"):  # measured, yet no reading or probe accounts for it
                         why = UNEXPLAINED + why[len("unexplained"):]
                     rows.append([f"{t.table}", exp, m, ours_text(c), f"{100 * pub:.1f}", pp(diff), why])
+    return rows
+
+
+def gaps_section(published: list, protocol: str | None, cells: dict, explanations: dict, label: str) -> list[str]:
+    rows = gap_rows(published, protocol, cells, explanations)
     lines = [f"### Cells more than {GAP_PP:g} pp from the published value, {label}", ""]
     if not rows:
         return lines + ["None among the cells run.", ""]

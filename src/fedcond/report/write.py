@@ -11,6 +11,7 @@ from ..errors import FedcondError
 from ..experiments import PROTOCOLS
 from . import tables as md
 from .jdfl import jdfl_section, protocol_probes_section
+from .readme import summary_lines, update_readme
 from .data import cells as make_cells
 from .data import paper_results, protocol_order, published_tables, read_database
 
@@ -37,8 +38,9 @@ def read_explanations(path: str | Path | None) -> dict:
 
 
 def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name: str | None = None,
-                 explanations: str | Path | None = None) -> Path:
-    """Write `out_dir/report.md` and its PNG figures; return the report's path.
+                 explanations: str | Path | None = None, readme: str | Path | None = None) -> Path:
+    """Write `out_dir/report.md` and its PNG figures; return the report's path. With `readme`, also
+    refill that file's reproduction-summary block (readme.py) for `protocol_name`.
 
     One section per protocol in the database (a smoke run is labelled as such in every heading,
     never presented as a reproduction), or only `protocol_name`'s. A protocol that the database
@@ -46,6 +48,8 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
     not run)."""
     from .figures import draw_all  # matplotlib only when drawing
 
+    if readme is not None and protocol_name is None:
+        raise FedcondError("--readme summarises one protocol: give --protocol too (e.g. --protocol paper)")
     db = read_database(db_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -102,4 +106,6 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
     lines += md.failed_section(failed)
     path = out / "report.md"
     path.write_text("\n".join(lines).rstrip("\n") + "\n", encoding="utf-8")
+    if readme is not None:
+        update_readme(readme, summary_lines(published, protocol_name, cells, why))
     return path

@@ -1,0 +1,48 @@
+"""The README's few lines on where the reproduction stands, made from the same database and
+explanations as the report, written between two markers so that `fedcond report --readme` can
+redo them after every campaign session (never typed by hand)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import FedcondError
+from . import tables as md
+
+BEGIN = "<!-- reproduction summary: begin (fedcond report --readme) -->"
+END = "<!-- reproduction summary: end -->"
+
+
+def summary_lines(published: list, protocol: str | None, cells: dict, explanations: dict) -> list[str]:
+    """Per published table: cells run, mean and mean absolute difference; then the cells beyond
+    GAP_PP, each with the head of its explanation."""
+    rows = []
+    for t in published:
+        diffs = md.table_differences(t, protocol, cells)
+        mean = md.pp(sum(diffs) / len(diffs)) if diffs else "-"
+        mean_abs = f"{100 * sum(abs(d) for d in diffs) / len(diffs):.1f} pp" if diffs else "-"
+        rows.append([f"{t.table} ({md.table_title(t)})", f"{len(diffs)} of {len(t.values)}", mean, mean_abs])
+    lines = md._table(["published table", "cells run", "mean difference", "mean absolute difference"], rows) + [""]
+    gaps = md.gap_rows(published, protocol, cells, explanations)
+    if not gaps:
+        return lines + [f"No cell run is more than {md.GAP_PP:g} pp from its published value."]
+    unexplained = sum(g[-1].startswith(md.UNEXPLAINED) for g in gaps)
+    items = []
+    for table, exp, method, ours, pub, diff, why in gaps:
+        reason = "unexplained" if why.startswith(md.UNEXPLAINED) else why.split(";")[0].split(":")[0]
+        items.append(f"{exp} {method} {ours} against {pub} ({diff}; {reason})")
+    return lines + [f"Cells more than {md.GAP_PP:g} pp from the published value: {len(gaps)}; {unexplained} unexplained "
+                    "(explanations with their evidence: `docs/results/explanations.csv`): " + "; ".join(items) + "."]
+
+
+def update_readme(path: str | Path, lines: list[str]) -> None:
+    """Replace what stands between BEGIN and END in `path` by `lines`; the rest is left as it is."""
+    path = Path(path)
+    if not path.is_file():
+        raise FedcondError(f"no README at {path}")
+    text = path.read_text(encoding="utf-8")
+    start, stop = text.find(BEGIN), text.find(END)
+    if start < 0 or stop < start:
+        raise FedcondError(f"{path} has no '{BEGIN}' ... '{END}' block to fill")
+    body = "\n".join([BEGIN, *lines, END])
+    path.write_text(text[:start] + body + text[stop + len(END):], encoding="utf-8")
