@@ -153,11 +153,12 @@ def table_differences(t: PublishedTable, protocol: str | None, cells: dict) -> l
 
 def published_table(t: PublishedTable, protocol: str | None, cells: dict, label: str) -> list[str]:
     """One published table under one protocol. Methods beyond the paper's that we ran on these
-    settings get extra columns (ours only). A variant of a preset (`paper[...]`) shows only the
-    tables it ran a cell of: its other tables would repeat the published numbers."""
+    settings get extra columns (ours only). The `paper` protocol (the reproduction's target) shows
+    every table, run or not, so progress shows; any other protocol (smoke, jdfl, a variant
+    `paper[...]`) only the tables it ran a cell of: its others would repeat the published numbers."""
     exps = set(t.experiments)
     ours_methods = {m for (p, e, m) in cells if p == protocol and e in exps}
-    if not ours_methods and protocol is not None and "[" in protocol:
+    if not ours_methods and protocol is not None and protocol != "paper":
         return []
     extra = sorted(ours_methods - set(t.methods), key=method_order)
     methods = list(t.methods) + extra
