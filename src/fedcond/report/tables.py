@@ -226,6 +226,8 @@ def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, .
     names += unknown
     wanted = set(names)
     ran = {m for (p, e, m) in cells if p == protocol and e in wanted}
+    if not ran and protocol is not None and protocol != "paper":  # as published_table: only paper lists them all
+        return []
     methods = sorted(set(methods_default) | ran, key=method_order)
     rows = []
     for name in names:
