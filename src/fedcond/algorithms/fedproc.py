@@ -23,9 +23,8 @@ Provenance and choices:
   (class means under each client's updated model, sent with its weights) follow the paper as we
   read it and a public re-implementation (alpha = 1 - round/T on the prototype loss); the authors
   published no code that we could consult.
-- T is not known to an algorithm here (the context carries no round count), so it is the
-  hyper-parameter `rounds`; it must equal the protocol's number of rounds (default 20 = 20 epochs
-  of 1 local epoch). Past T the weight of L_pc stays 0.
+- T is the run's number of rounds (the context's), unless the hyper-parameter `rounds` fixes it;
+  past T the weight of L_pc stays 0.
 - No separate projection head: z is our backbone's FC-hidden layer, so every method trains the
   same network. tau = 1 by default, the public re-implementation's value (the paper gives none; 0.5, MOON's,
   was the earlier assumption: `FedProc(temperature=0.5)`).
