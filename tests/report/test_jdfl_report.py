@@ -58,6 +58,8 @@ def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
     # JDFL has its own section: no column per method in the generic tables, which a JDFL-only
     # database under a non-paper protocol leaves out altogether (they would be all "not run")
     assert "### Experiments without a published table" not in text and "### Table X:" not in text
+    assert "### Cells more than 3 pp" not in text and "### Figures" not in text and "accuracy_vs_k" not in text
+    assert "### The earlier study" not in text
 
 
 def test_best_round_table_and_curves_figure(tmp_path):

@@ -84,14 +84,21 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
         note = md.reproduction_note(p) if runs_exist else ""
         if note:
             lines += [note, ""]
-        for t in published:
-            lines += md.published_table(t, p, cells, label)
-        lines += md.gaps_section(published, p, cells, why, label)
-        lines += md.unpublished(p, cells, PAPER_METHODS, label)
-        lines += md.control_section(p, cells, published)
-        lines += md.ari_section(p, cells, label)
+        tables = [line for t in published for line in md.published_table(t, p, cells, label)]
+        unpublished = md.unpublished(p, cells, PAPER_METHODS, label)
+        # the paper's sections and figures: always for `paper`; for another protocol (jdfl, smoke, a
+        # variant) only where it ran a paper experiment, else they would all read "not run"
+        paper_sections = bool(tables or unpublished) or p in (None, "paper")
+        if paper_sections:
+            lines += tables
+            lines += md.gaps_section(published, p, cells, why, label)
+            lines += unpublished
+            lines += md.control_section(p, cells, published)
+            lines += md.ari_section(p, cells, label)
         lines += md.study_section(p, cells, label)
         lines += jdfl_section(p, ok, label, out, why)
+        if not paper_sections:
+            continue
         lines += [f"### Figures, {label}", ""]
         for f in draw_all(published, p, cells, out):
             if f.path is None:
