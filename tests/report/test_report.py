@@ -45,6 +45,22 @@ def published(table: str, dataset: str, setting: str, method: str) -> float:
     return hits[0]
 
 
+def save_super_sparse(con, method: str, offset: float) -> None:
+    """E1 MNIST K=2 super sparse, seed 0, `offset` (a fraction) away from its table XI value."""
+    save(con, "E1/mnist/K=2/super_sparse", method, 0, published("XI", "mnist", "K=2,super_sparse", method) + offset)
+
+
+def report_explained(tmp_path, explanations: str) -> str:
+    """The report of tmp_path/r.sqlite with these explanations.csv rows (after its header)."""
+    why = tmp_path / "explanations.csv"
+    why.write_text("experiment,method,explanation\n" + explanations)
+    return write_report(tmp_path / "r.sqlite", tmp_path / "out", explanations=why).read_text()
+
+
+def gaps_of(text: str) -> str:
+    return text.split("### Cells more than 3 pp")[1].split("###")[0]
+
+
 FEDAVG_SEEDS = (0.970, 0.980)  # E1/mnist/K=2/rich FedAvg, seeds 0 and 1
 
 
@@ -250,18 +266,14 @@ def test_header_names_the_database_as_given(tmp_path, monkeypatch):
 
 def test_cells_beyond_3pp_are_listed_with_their_explanation_or_marked_unexplained(tmp_path):
     con = results.connect(tmp_path / "r.sqlite")
-    pub_gossip = published("XI", "mnist", "K=2,super_sparse", "Gossip")
-    pub_fedavg = published("XI", "mnist", "K=2,super_sparse", "FedAvg")
-    save(con, "E1/mnist/K=2/super_sparse", "Gossip", 0, pub_gossip + 0.20)  # far off, explained
-    save(con, "E1/mnist/K=2/super_sparse", "FedAvg", 0, pub_fedavg - 0.05)  # far off, not explained
-    save(con, "E1/mnist/K=2/super_sparse", "Oracle", 0, published("XI", "mnist", "K=2,super_sparse", "Oracle") + 0.01)
+    save_super_sparse(con, "Gossip", +0.20)  # far off, explained
+    save_super_sparse(con, "FedAvg", -0.05)  # far off, not explained
+    save_super_sparse(con, "Oracle", +0.01)
     save(con, "E3b/mnist/K=2/rich", "Conditional", 0, 0.99, protocol="paper[statistic=random]")
     save(con, "E3b/mnist/K=2/rich", "Conditional", 0, 0.98)
     con.close()
-    why = tmp_path / "explanations.csv"
-    why.write_text("experiment,method,explanation\nE1/mnist/K=2/super_sparse,Gossip,seed spread (seeds 1-2)\n")
-    text = write_report(tmp_path / "r.sqlite", tmp_path / "out", explanations=why).read_text()
-    section = text.split("### Cells more than 3 pp")[1].split("###")[0]
+    text = report_explained(tmp_path, "E1/mnist/K=2/super_sparse,Gossip,seed spread (seeds 1-2)\n")
+    section = gaps_of(text)
     assert "2 cells; 1 unexplained" in section
     assert "| XI | E1/mnist/K=2/super_sparse | Gossip |" in section and "seed spread (seeds 1-2)" in section
     assert "| XI | E1/mnist/K=2/super_sparse | FedAvg |" in section and "**unexplained**" in section
@@ -274,12 +286,10 @@ def test_cells_beyond_3pp_are_listed_with_their_explanation_or_marked_unexplaine
 def test_an_explanation_that_starts_unexplained_counts_as_unexplained_and_keeps_its_evidence(tmp_path):
     """A gap measured well (say, a seed spread that does not cover it) stays unexplained."""
     con = results.connect(tmp_path / "r.sqlite")
-    save(con, "E1/mnist/K=2/super_sparse", "FedAvg", 0, published("XI", "mnist", "K=2,super_sparse", "FedAvg") - 0.08)
+    save_super_sparse(con, "FedAvg", -0.08)
     con.close()
-    why = tmp_path / "explanations.csv"
-    why.write_text("experiment,method,explanation\nE1/mnist/K=2/super_sparse,FedAvg,\"unexplained: seeds 0-2 sd 4 pp\"\n")
-    text = write_report(tmp_path / "r.sqlite", tmp_path / "out", explanations=why).read_text()
-    section = text.split("### Cells more than 3 pp")[1].split("###")[0]
+    text = report_explained(tmp_path, "E1/mnist/K=2/super_sparse,FedAvg,\"unexplained: seeds 0-2 sd 4 pp\"\n")
+    section = gaps_of(text)
     assert "1 cells; 1 unexplained" in section
     assert "**unexplained**: seeds 0-2 sd 4 pp" in section
 
@@ -288,8 +298,8 @@ def test_readme_summary_block_is_refilled_from_the_database_and_the_rest_kept(tm
     from fedcond.report.readme import BEGIN, END
 
     con = results.connect(tmp_path / "r.sqlite")
-    save(con, "E1/mnist/K=2/super_sparse", "FedAvg", 0, published("XI", "mnist", "K=2,super_sparse", "FedAvg") - 0.05)
-    save(con, "E1/mnist/K=2/super_sparse", "Oracle", 0, published("XI", "mnist", "K=2,super_sparse", "Oracle") + 0.01)
+    save_super_sparse(con, "FedAvg", -0.05)
+    save_super_sparse(con, "Oracle", +0.01)
     con.close()
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\nabove\n{BEGIN}\nstale table\n{END}\nbelow\n")

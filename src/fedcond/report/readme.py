@@ -19,8 +19,7 @@ def summary_lines(published: list, protocol: str | None, cells: dict, explanatio
     rows = []
     for t in published:
         diffs = md.table_differences(t, protocol, cells)
-        mean = md.pp(sum(diffs) / len(diffs)) if diffs else "-"
-        mean_abs = f"{100 * sum(abs(d) for d in diffs) / len(diffs):.1f} pp" if diffs else "-"
+        mean, mean_abs = md.mean_differences(diffs) if diffs else ("-", "-")
         rows.append([f"{t.table} ({md.table_title(t)})", f"{len(diffs)} of {len(t.values)}", mean, mean_abs])
     lines = md._table(["published table", "cells run", "mean difference", "mean absolute difference"], rows) + [""]
     gaps = md.gap_rows(published, protocol, cells, explanations)

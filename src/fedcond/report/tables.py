@@ -134,6 +134,18 @@ def header(db: Database, protocol_filter: str | None) -> list[str]:
     return lines
 
 
+def shows_every_table(protocol: str | None) -> bool:
+    """`paper` (the reproduction's target, or no protocol yet) lists every published table and
+    section, run or not, so progress shows; any other protocol (smoke, jdfl, a variant `paper[...]`)
+    only what it ran: the rest would repeat the published numbers as "not run"."""
+    return protocol in (None, "paper")
+
+
+def mean_differences(diffs: list[float]) -> tuple[str, str]:
+    """(mean difference, mean absolute difference) of ours minus published, as text in pp."""
+    return pp(sum(diffs) / len(diffs)), f"{100 * sum(abs(d) for d in diffs) / len(diffs):.1f} pp"
+
+
 def table_title(t: PublishedTable) -> str:
     family = FAMILY_TITLES.get(t.family, "")
     return f"{t.family}{' ' + family if family else ''}"
@@ -153,12 +165,11 @@ def table_differences(t: PublishedTable, protocol: str | None, cells: dict) -> l
 
 def published_table(t: PublishedTable, protocol: str | None, cells: dict, label: str) -> list[str]:
     """One published table under one protocol. Methods beyond the paper's that we ran on these
-    settings get extra columns (ours only). The `paper` protocol (the reproduction's target) shows
-    every table, run or not, so progress shows; any other protocol (smoke, jdfl, a variant
-    `paper[...]`) only the tables it ran a cell of: its others would repeat the published numbers."""
+    settings get extra columns (ours only). Under a protocol that does not show every table, a
+    table none of whose cells it ran is left out."""
     exps = set(t.experiments)
     ours_methods = {m for (p, e, m) in cells if p == protocol and e in exps}
-    if not ours_methods and protocol is not None and protocol != "paper":
+    if not ours_methods and not shows_every_table(protocol):
         return []
     extra = sorted(ours_methods - set(t.methods), key=method_order)
     methods = list(t.methods) + extra
@@ -173,8 +184,8 @@ def published_table(t: PublishedTable, protocol: str | None, cells: dict, label:
     diffs = table_differences(t, protocol, cells)
     summary = f"{len(diffs)} of {len(t.values)} published cells run"
     if diffs:
-        summary += (f"; mean difference {pp(sum(diffs) / len(diffs))}, "
-                    f"mean absolute difference {100 * sum(abs(d) for d in diffs) / len(diffs):.1f} pp")
+        mean, mean_abs = mean_differences(diffs)
+        summary += f"; mean difference {mean}, mean absolute difference {mean_abs}"
     lines += [summary + ".", ""]
     head = ["dataset", "setting", "seeds"] + [m if m in t.methods else f"{m} (not in paper)" for m in methods]
     return lines + _table(head, rows) + [""]
@@ -226,7 +237,7 @@ def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, .
     names += unknown
     wanted = set(names)
     ran = {m for (p, e, m) in cells if p == protocol and e in wanted}
-    if not ran and protocol is not None and protocol != "paper":  # as published_table: only paper lists them all
+    if not ran and not shows_every_table(protocol):
         return []
     methods = sorted(set(methods_default) | ran, key=method_order)
     rows = []
@@ -353,8 +364,8 @@ def study_section(protocol: str | None, cells: dict, label: str) -> list[str]:
 
     names = [n for n in STUDY if any(p == protocol and e == n for (p, e, m) in cells)]
     lines = [f"### The earlier study (synthetic tasks, EMNIST), {label}", ""]
-    if not names:  # said under `paper` (the reports users read for it); elsewhere left out
-        return lines + ["No run of this protocol.", ""] if protocol in (None, "paper") else []
+    if not names:
+        return lines + ["No run of this protocol.", ""] if shows_every_table(protocol) else []
     for name in names:
         exp = STUDY[name]
         rmse = exp.task == "linreg"

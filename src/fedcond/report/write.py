@@ -86,9 +86,9 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
             lines += [note, ""]
         tables = [line for t in published for line in md.published_table(t, p, cells, label)]
         unpublished = md.unpublished(p, cells, PAPER_METHODS, label)
-        # the paper's sections and figures: always for `paper`; for another protocol (jdfl, smoke, a
-        # variant) only where it ran a paper experiment, else they would all read "not run"
-        paper_sections = bool(tables or unpublished) or p in (None, "paper")
+        # the paper's sections and figures: for another protocol (jdfl, smoke, a variant) only
+        # where it ran a paper experiment, else they would all read "not run"
+        paper_sections = bool(tables or unpublished) or md.shows_every_table(p)
         if paper_sections:
             lines += tables
             lines += md.gaps_section(published, p, cells, why, label)
