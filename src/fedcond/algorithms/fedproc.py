@@ -44,7 +44,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..engine import Params, weighted_average
+from ..engine import Params, channels_last, weighted_average
 from ..errors import FedcondError
 from .base import check_participation, participants, Context, State
 
@@ -87,9 +87,7 @@ def class_feature_sums(model, params: Params, x: torch.Tensor, y: torch.Tensor, 
     sums, counts = None, torch.zeros(num_classes, dtype=torch.float64)
     for i in range(0, x.shape[0], batch_size):
         sb = None if s is None else s[i : i + batch_size]
-        xb = x[i : i + batch_size]
-        xb = xb.contiguous(memory_format=torch.channels_last) if xb.ndim == 4 else xb
-        z = model.features(xb, sb).to(torch.float64)  # [b, D]
+        z = model.features(channels_last(x[i : i + batch_size]), sb).to(torch.float64)  # [b, D]
         yb = y[i : i + batch_size]
         if sums is None:
             sums = torch.zeros(num_classes, z.shape[1], dtype=torch.float64)

@@ -8,8 +8,8 @@ Backends share one interface, `train(model_spec, jobs) -> results` (in job order
 
 from typing import Union
 
-from .local_sgd import (Job, JobResult, LoopEngine, Params, Regulariser, SGDConfig, batch_order, clone_params, mean_loss, mix,
-                        predict, train_job, weighted_average)
+from .local_sgd import (Job, JobResult, LoopEngine, Params, Regulariser, SGDConfig, batch_order, channels_last,
+                        clone_params, mean_loss, mix, predict, train_job, weighted_average)
 from .pool import PoolEngine
 from .vmap import VmapEngine
 
@@ -48,5 +48,5 @@ def make_engine(sgd: SGDConfig, workers: int = 1, device: str = "cpu") -> Engine
     return PoolEngine(sgd, workers) if workers > 1 else LoopEngine(sgd)
 
 
-__all__ = ["Engine", "Job", "JobResult", "LoopEngine", "Params", "PoolEngine", "SGDConfig", "batch_order", "check_device", "clone_params",
+__all__ = ["Engine", "Job", "JobResult", "LoopEngine", "Params", "PoolEngine", "SGDConfig", "batch_order", "channels_last", "check_device", "clone_params",
            "Regulariser", "VmapEngine", "make_engine", "mean_loss", "mix", "predict", "train_job", "weighted_average"]

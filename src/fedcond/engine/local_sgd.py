@@ -100,7 +100,7 @@ def batch_order(n: int, batch_size: int, epochs: int, seed: tuple[int, ...]) -> 
     return batches
 
 
-def _channels_last(x: torch.Tensor) -> torch.Tensor:
+def channels_last(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if x.ndim == 4 else x
 
 
@@ -158,7 +158,7 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
     if job.momentum is not None and sgd.momentum > 0:
         for name, p in zip(names, params):
             opt.state[p]["momentum_buffer"] = job.momentum[name].clone()
-    x_all = _channels_last(job.x)
+    x_all = channels_last(job.x)
     batches = batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed)
     losses, epoch_losses, per_epoch = [], [], max(1, len(batches) // max(1, job.epochs))  # every epoch has as many batches
     for step, idx in enumerate(batches):
@@ -195,7 +195,7 @@ def mean_loss(model: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor
     total = 0.0
     for i in range(0, x.shape[0], batch_size):
         sb = None if s is None else s[i : i + batch_size]
-        total += float(F.cross_entropy(model(_channels_last(x[i : i + batch_size]), sb), y[i : i + batch_size], reduction="sum"))
+        total += float(F.cross_entropy(model(channels_last(x[i : i + batch_size]), sb), y[i : i + batch_size], reduction="sum"))
     return total / max(1, x.shape[0])
 
 
@@ -208,7 +208,7 @@ def predict(model: nn.Module, params: Params, x: torch.Tensor, s: torch.Tensor |
     model.eval()
     out = []
     for i in range(0, x.shape[0], batch_size):
-        xb = _channels_last(x[i : i + batch_size])
+        xb = channels_last(x[i : i + batch_size])
         sb = None if s is None else s[i : i + batch_size]
         logits = model(xb, sb)
         out.append((logits if scores is None else scores(logits)).argmax(dim=1))
