@@ -1,6 +1,7 @@
 """Test helpers shared by several test files (fixtures live in conftest.py)."""
 
 import os
+import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,3 +38,19 @@ def shared_file(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not present (set FEDCOND_DATA)")
     return path
+
+
+def rows_so_far(db: Path, query: str) -> list[tuple]:
+    """Rows of a results database another process is still creating: none until its schema is written
+    (the file appears before the table does, so a poll can see an empty database)."""
+    if not Path(db).exists():
+        return []
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(query).fetchall()
+    except sqlite3.OperationalError as err:
+        if "no such table" not in str(err):
+            raise
+        return []
+    finally:
+        con.close()

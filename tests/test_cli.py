@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from fedcond.cli import main
+from fedcond_testing import rows_so_far
 
 
 def run_cli(capsys, *argv):
@@ -232,11 +233,7 @@ def test_sigterm_stops_workers_cleanly_and_keeps_finished_rows(tmp_path):
     rows = []
     while time.time() < deadline and not rows:
         time.sleep(0.5)
-        if db.exists():
-            try:
-                rows = sqlite3.connect(db).execute("SELECT method FROM runs").fetchall()
-            except sqlite3.OperationalError:
-                rows = []
+        rows = rows_so_far(db, "SELECT method FROM runs")
         assert proc.poll() is None, proc.communicate()
     assert rows == [("Oracle",)], "Oracle should finish long before Ditto"
     os.kill(proc.pid, signal.SIGTERM)

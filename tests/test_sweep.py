@@ -17,7 +17,7 @@ from fedcond.errors import FedcondError
 from fedcond.experiments import EXPERIMENTS, PROTOCOLS, select
 from fedcond.protocol import PAPER
 from fedcond.sweep import plan, run_sweep
-from fedcond_testing import SHARED, shared_file
+from fedcond_testing import SHARED, rows_so_far, shared_file
 
 
 def test_every_published_setting_has_an_experiment():
@@ -37,7 +37,7 @@ def test_select_by_glob_and_error_names_closest():
 
 
 def _rows(db):
-    return sqlite3.connect(db).execute("SELECT experiment, method, seed, protocol_name, status FROM runs").fetchall()
+    return rows_so_far(db, "SELECT experiment, method, seed, protocol_name, status FROM runs")
 
 
 def test_resume_skips_finished_cells_and_the_index_forbids_duplicates(tmp_path):
@@ -76,7 +76,7 @@ def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while time.time() < deadline:  # wait for the first finished cell, then kill without warning
-        if db.exists() and len(_rows(db)) >= 1:
+        if len(_rows(db)) >= 1:
             break
         time.sleep(0.2)
     os.kill(proc.pid, signal.SIGKILL)
