@@ -249,9 +249,9 @@ def test_sweep_names_each_cell_by_the_options_that_apply_to_it(capsys, tmp_path)
                              "--db", db, "--methods", "Local,Local", "--seeds", "0,0", "--groups", "blocks")
     assert code == 0, err
     lines = [ln for ln in out.splitlines() if ln.startswith("todo")]
-    assert lines == ["todo  E1/mnist/K=2/rich  Local  seed 0  [paper]",  # MNIST's blocks are its default groups
-                     "todo  E1/fmnist/K=2/rich  Local  seed 0  [paper[groups=blocks]]",
-                     "todo  E3a/mnist/K=2/rich  Local  seed 0  [paper]"]  # no grouping in E3a; duplicates dropped
+    assert lines == ["todo  E1/fmnist/K=2/rich  Local  seed 0  [paper[groups=blocks]]",  # in the list's order
+                     "todo  E3a/mnist/K=2/rich  Local  seed 0  [paper]",  # no grouping in E3a; duplicates dropped
+                     "todo  E1/mnist/K=2/rich  Local  seed 0  [paper]"]  # MNIST's blocks are its default groups
     code, _, err = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--dry-run", "--db", db, "--holdout-clients", "5")
     assert code == 2 and "at least one must stay in training" in err
     code, _, err = run_cli(capsys, "sweep", "E1/cifar100/K=20/rich", "--dry-run", "--db", db, "--groups", "blocks")

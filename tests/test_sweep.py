@@ -36,6 +36,15 @@ def test_select_by_glob_and_error_names_closest():
         select("E1/mnist/K=2/rch")
 
 
+def test_a_comma_list_runs_in_its_order_each_once_and_every_item_must_match():
+    names = [e.name for e in select("E3a/mnist/K=2/rich, E1/mnist/K=*/rich ,E1/mnist/K=2/rich,E2a/mnist/K=2/rich")]
+    assert names == ["E3a/mnist/K=2/rich", *(f"E1/mnist/K={k}/rich" for k in (2, 3, 5, 10)), "E2a/mnist/K=2/rich"]
+    with pytest.raises(FedcondError, match="no experiment matches 'E3a/mnist/K=2/rch'; closest: E3a/mnist/K=2/rich"):
+        select("E1/mnist/K=2/rich,E3a/mnist/K=2/rch")  # a typo in a list is not silently dropped
+    with pytest.raises(FedcondError, match="no experiment named"):
+        select(" , ")
+
+
 def _rows(db):
     return rows_so_far(db, "SELECT experiment, method, seed, protocol_name, status FROM runs")
 

@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
 
     sw = sub.add_parser("sweep", help="run every (experiment, method, seed) not yet in the results database")
-    sw.add_argument("pattern", help="experiment names: a glob such as 'E1/mnist/*', or a comma list")
+    sw.add_argument("pattern", help="experiment names: a glob such as 'E1/mnist/*', or a comma list, run in its order")
     sw.add_argument("--protocol", choices=list(PROTOCOLS),
                     help="paper (SPEC A.4), jdfl (JDFL's: plain lr 0.01, evaluated every round), smoke (tiny, for CI) or "
                     "short (4 epochs: fits a 2-core session); default: each experiment's own (jdfl for JDFL/*, else paper)")

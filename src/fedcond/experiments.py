@@ -246,17 +246,24 @@ EXPERIMENTS: dict[str, Experiment] = _build()
 
 
 def select(pattern: str) -> list[Experiment]:
-    """Experiments whose name matches a glob (`E1/mnist/*`) or contains the text; else a clear error
-    naming the closest names."""
-    pats = [p.strip() for p in pattern.split(",") if p.strip()]
-
-    def matches(name: str, p: str) -> bool:
-        if any(c in p for c in "*?["):
-            return fnmatch.fnmatch(name, p)
-        return name == p if p in EXPERIMENTS else p in name  # an exact name means that one only
-
-    hits = [e for e in EXPERIMENTS.values() if any(matches(e.name, p) for p in pats)]
+    """Experiments named by a comma list of globs (`E1/mnist/*`), exact names or texts a name
+    contains, in the list's order (a glob's matches in the registry's), each once. Every item must
+    match: one that matches nothing is a clear error naming the closest names, not silently dropped."""
+    hits: dict[str, Experiment] = {}
+    for p in (p.strip() for p in pattern.split(",")):
+        if not p:
+            continue
+        found = [e for e in EXPERIMENTS.values() if _matches(e.name, p)]
+        if not found:
+            close = difflib.get_close_matches(p, list(EXPERIMENTS), n=5, cutoff=0.3)
+            raise FedcondError(f"no experiment matches '{p}'" + (f"; closest: {', '.join(close)}" if close else ""))
+        hits.update((e.name, e) for e in found if e.name not in hits)
     if not hits:
-        close = difflib.get_close_matches(pattern, list(EXPERIMENTS), n=5, cutoff=0.3)
-        raise FedcondError(f"no experiment matches '{pattern}'" + (f"; closest: {', '.join(close)}" if close else ""))
-    return hits
+        raise FedcondError("no experiment named: give a name, a glob such as 'E1/mnist/*', or a comma list")
+    return list(hits.values())
+
+
+def _matches(name: str, p: str) -> bool:
+    if any(c in p for c in "*?["):
+        return fnmatch.fnmatch(name, p)
+    return name == p if p in EXPERIMENTS else p in name  # an exact name means that one only
