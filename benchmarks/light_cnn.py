@@ -1,10 +1,15 @@
-"""JDFL's light CNN (PACS, 3 x 112 x 112): one SGD training step, ours against the literal order.
+"""JDFL's light CNN (PACS, 3 x 112 x 112): one SGD training step, ours against the literal order,
+and FedProc's per-round prototype pass, ours against one whole-client batch.
 
   literal   conv, GroupNorm, ReLU, MaxPool per block (SPEC C.6 as written)
   ours      conv, GroupNorm, MaxPool, ReLU (models/light_cnn.py; bitwise the same function)
-Both as the engines run them (engine.local_sgd.cpu_model: channels-last). Batch 64, one thread, 28 outputs (JDFL's M x C = 4 x 7), interleaved, median of --reps. Run natively
-and, on CPUs wider than AVX2, again with torch capped to AVX2 (what an AVX2 CPU would see), each in
-its own process. Prints one line per ISA: `light_cnn/<isa>: ours R.RRx faster than literal`.
+Both as the engines run them (engine.local_sgd.cpu_model: channels-last). Batch 64, one thread, 28 outputs (JDFL's M x C = 4 x 7), interleaved, median of --reps.
+  prototypes  FedProc's class-feature sums over a 400-image client (a PACS client's size):
+              algorithms.fedproc.class_feature_sums (channels-last batches of 64) against the
+              whole client as one NCHW batch (what it ran before).
+Run natively and, on CPUs wider than AVX2, again with torch capped to AVX2 (what an AVX2 CPU would
+see), each in its own process. Prints per ISA `light_cnn/<isa>: ours R.RRx faster than literal` and
+`fedproc_prototypes/<isa>: batches of 64 R.RRx faster than one batch`.
 
 Usage: python benchmarks/light_cnn.py [--reps 9]
 """
@@ -51,7 +56,35 @@ def child(reps: int) -> None:
             if rep >= 2:  # warm-up
                 times.append(time.perf_counter() - t)
     med = {k: sorted(v[3])[len(v[3]) // 2] * 1000 for k, v in runs.items()}
-    print(f"{med['literal']:.1f} {med['ours']:.1f}")
+    m = runs["ours"][0]
+    med["batches"], med["whole"] = _prototype_pass(m, reps)
+    print(f"{med['literal']:.1f} {med['ours']:.1f} {med['batches']:.1f} {med['whole']:.1f}")
+
+
+def _prototype_pass(model, reps: int) -> tuple[float, float]:
+    """Median ms of FedProc's class-feature pass over a 400-image client: ours, then one NCHW batch."""
+    import torch
+
+    from fedcond.algorithms.fedproc import class_feature_sums
+
+    x = torch.randint(0, 256, (400, 3, 112, 112), dtype=torch.uint8)  # NCHW, as a client's data is stored
+    y = torch.randint(0, 7, (400,))
+    params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def whole():
+        with torch.no_grad():
+            model.load_state_dict(params)
+            model.eval()
+            return model.features(x)
+
+    times = {"batches": [], "whole": []}
+    for rep in range(reps + 1):
+        for name, fn in (("batches", lambda: class_feature_sums(model, params, x, y, None, 7)), ("whole", whole)):
+            t = time.perf_counter()
+            fn()
+            if rep >= 1:  # warm-up
+                times[name].append(time.perf_counter() - t)
+    return tuple(sorted(v)[len(v) // 2] * 1000 for v in times.values())
 
 
 def main() -> None:
@@ -69,9 +102,11 @@ def main() -> None:
     for label, env in ((isa, {}), *((("avx2 (torch capped)", AVX2),) if isa == "avx512" else ())):
         out = subprocess.run([sys.executable, __file__, "--child", "--reps", str(args.reps)], env={**os.environ, **env},
                              capture_output=True, text=True, check=True).stdout.split()
-        lit, ours = float(out[0]), float(out[1])
-        print(f"  {label}: literal {lit:.1f} ms, ours {ours:.1f} ms per step")
+        lit, ours, batches, whole = (float(v) for v in out)
+        print(f"  {label}: literal {lit:.1f} ms, ours {ours:.1f} ms per step; prototype pass: batches of 64 {batches:.0f} ms, "
+              f"one batch {whole:.0f} ms")
         print(f"light_cnn/{label.split()[0]}: ours {lit / ours:.2f}x faster than literal")
+        print(f"fedproc_prototypes/{label.split()[0]}: batches of 64 {whole / batches:.2f}x faster than one batch")
 
 
 if __name__ == "__main__":
