@@ -80,6 +80,26 @@ def test_best_round_table_and_curves_figure(tmp_path):
     assert (tmp_path / "out" / "jdfl_curves_pacs_jdfl.png").is_file() and "jdfl_curves_pacs_jdfl.png" in text
 
 
+def test_a_variant_of_a_main_cell_gets_its_own_row_beside_that_cell_and_a_curve(tmp_path):
+    """A probe such as FedProc(temperature=0.5) is not one of main's cells: it is listed beside the cell
+    it varies (not dropped, and not a main table of 'not run' where it ran alone)."""
+    from fedcond.report.jdfl import jdfl_section
+
+    def row(method, final, best):
+        extra = {"curve": [[1, 0.3, 0.3], [2, best, best], [3, final, final]], "best_weighted_accuracy": best,
+                 "best_weighted_round": 2}
+        return {"experiment": "JDFL/pacs/main", "protocol_name": "jdfl", "method": method, "seed": 0,
+                "weighted_accuracy": final, "extra": extra}
+
+    both = [row("FedProc", 0.60, 0.61), row("FedProc(temperature=0.5)", 0.615, 0.62)]
+    text = "\n".join(jdfl_section("jdfl", both, "protocol `jdfl`", out_dir=tmp_path))
+    assert "| `FedProc(temperature=0.5)` | 61.5 (n=1) [+1.5 pp] | 62.0 (n=1) [+1.0 pp] | 2 | `FedProc` |" in text
+    assert "| FedProc | 60.0 (n=1) |" in text and (tmp_path / "jdfl_curves_pacs_jdfl.png").is_file()
+    alone = "\n".join(jdfl_section("jdfl", both[1:], "protocol `jdfl`", out_dir=tmp_path))
+    assert "Main table" not in alone and "Ablation" not in alone
+    assert "| `FedProc(temperature=0.5)` | 61.5 (n=1) | 62.0 (n=1) | 2 | - |" in alone
+
+
 def test_jdfl_protocol_is_named_as_its_own_reproduction_protocol():
     from fedcond.report.tables import protocol_label, reproduction_note
 

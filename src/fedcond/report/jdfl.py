@@ -15,6 +15,12 @@ from .tables import _table, pct
 
 BASES = ("FedAvg", "SCAFFOLD", "FedDyn", "FedDC", "FedProc")
 SCHEMES = ("jdfl-graded", "jdfl-random")
+MAIN_CELLS = tuple(m for b in BASES for m in (b, *(f"{b}+{s}" for s in SCHEMES)))
+
+
+def base_of(method: str) -> str | None:
+    """The base a method name starts from (`FedProc(temperature=0.5)` -> FedProc), or None."""
+    return next((b for b in BASES if method == b or method.startswith((f"{b}+", f"{b}("))), None)
 
 
 def _by(rows: list[dict], experiment: str) -> dict[str, list[dict]]:
@@ -150,10 +156,11 @@ def _curves(short: str, rows: list[dict], protocol: str | None, out_dir) -> list
     import matplotlib.pyplot as plt
     from pathlib import Path
 
-    bases = [b for b in BASES if any(m.startswith(b) for m in curves)]
+    bases = [b for b in BASES if any(base_of(m) == b for m in curves)]
     fig, axes = plt.subplots(1, len(bases), figsize=(3.2 * len(bases), 3), sharey=True, squeeze=False)
     for ax, b in zip(axes[0], bases):
-        for m, style in ((b, "-"), (f"{b}+jdfl-graded", "--"), (f"{b}+jdfl-random", ":")):
+        variants = [(m, "-.") for m in sorted(curves) if base_of(m) == b and m not in MAIN_CELLS]
+        for m, style in ((b, "-"), (f"{b}+jdfl-graded", "--"), (f"{b}+jdfl-random", ":"), *variants):
             runs = curves.get(m)
             if not runs:
                 continue
@@ -172,7 +179,7 @@ def _curves(short: str, rows: list[dict], protocol: str | None, out_dir) -> list
     plt.close(fig)
     return [f"![JDFL {short}: global accuracy against rounds]({name})", "",
             "*Global test accuracy after every round, mean over seeds: each base standalone (solid), with graded "
-            "(dashed) and random (dotted) JDFL.*", ""]
+            "(dashed) and random (dotted) JDFL, and any variant of them (dash-dot, by its name).*", ""]
 
 
 def _dataset(short: str, rows: list[dict]) -> list[str]:
@@ -183,6 +190,8 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
     if not (main or ablation or sweep or disc or replicate or per_sample):
         return []
     out = [f"#### {short}", ""]
+    variants = {m: rs for m, rs in main.items() if m not in MAIN_CELLS}
+    main = {m: rs for m, rs in main.items() if m in MAIN_CELLS}
     if main:
         out += ["Main table: each base standalone (C-way head) and with JDFL's expanded head, M from the elbow.", ""]
         table = []
@@ -238,7 +247,23 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
         out += _table(["M", "graded", "random"], table) + [""]
     if disc:
         out += _discovery(disc)
+    if variants:
+        out += _variants(variants, main)
     return out
+
+
+def _variants(variants: dict[str, list[dict]], main: dict[str, list[dict]]) -> list[str]:
+    """Methods run on main's setting that are not main's cells (probes such as `FedProc(temperature=0.5)`),
+    each beside the main cell it varies."""
+    table = []
+    for m, rs in sorted(variants.items()):
+        ref = next((c for c in (m.split("(")[0], base_of(m)) if c in main), None)
+        best, rounds = _best(rs), [r["extra"]["best_weighted_round"] for r in rs if "best_weighted_round" in r["extra"]]
+        table.append([f"`{m}`", _text(got := _acc(rs)) + (_delta(got, _acc(main[ref])) if ref else ""),
+                      _text(best) + (_delta(best, _best(main[ref])) if ref else ""),
+                      ", ".join(map(str, rounds)) or "-", f"`{ref}`" if ref else "-"])
+    return (["Variants run on the main table's setting (not among its cells); [difference to the main cell named].", ""]
+            + _table(["method", "last round", "best round", "best at round", "main cell"], table) + [""])
 
 
 def _per_domain(main: dict[str, list[dict]]) -> list[str]:
