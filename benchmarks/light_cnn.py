@@ -66,10 +66,11 @@ def _prototype_pass(model, reps: int) -> tuple[float, float]:
     import torch
 
     from fedcond.algorithms.fedproc import class_feature_sums
+    from fedcond.engine import clone_params
 
     x = torch.randint(0, 256, (400, 3, 112, 112), dtype=torch.uint8)  # NCHW, as a client's data is stored
     y = torch.randint(0, 7, (400,))
-    params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    params = clone_params(model.state_dict())
 
     def whole():
         with torch.no_grad():
