@@ -80,7 +80,7 @@ def class_feature_sums(model, params: Params, x: torch.Tensor, y: torch.Tensor, 
                        num_classes: int, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class sums of model.features [K, D] (float64) and counts [K], in eval mode.
     Channels-last batches of 64, as the engine trains: on a PACS client (400 images, 112 px) this
-    pass runs 1.5-1.8x faster than one whole-client NCHW batch (benchmarks/light_cnn.py; Xeon,
+    pass runs 1.4-1.8x faster than one whole-client NCHW batch (benchmarks/light_cnn.py; Xeon,
     AVX-512 and torch capped to AVX2), and FedProc runs it every round."""
     model.load_state_dict(params)
     model.eval()
