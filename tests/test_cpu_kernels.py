@@ -135,6 +135,49 @@ def test_cifar_cnn_with_kernels_trains_like_the_stock_layers(ext):
     assert torch.allclose(stock(x), fast(x), atol=1e-4)
 
 
+@pytest.mark.parametrize("channels,groups,height,width", [(32, 8, 6, 4), (64, 8, 8, 8), (128, 8, 4, 6), (32, 32, 2, 2),
+                                                          (64, 1, 4, 2)])
+def test_group_norm_pool_kernel_equals_the_stock_layers(ext, channels, groups, height, width):
+    """GroupNorm, MaxPool 2 and ReLU as one kernel: output and all three gradients those of the
+    stock layers run in float64, to float rounding, on channels-last data far from zero mean (where
+    a variance taken in float loses digits: torch's float layers are 2.6e-5 off there, the kernel 3e-6)."""
+    torch.manual_seed(channels + groups)
+    x = (torch.randn(3, channels, height, width) * 3 + 20).contiguous(memory_format=CL).requires_grad_()
+    w, b = (torch.rand(channels) + 0.5).requires_grad_(), torch.randn(channels).requires_grad_()
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    ref = F.relu(F.max_pool2d(F.group_norm(x64, groups, w64, b64), 2))
+    got = cpu_kernels.GroupNormPoolReLU.apply(x, w, b, groups, 1e-5)
+    assert got.shape == ref.shape and got.is_contiguous(memory_format=CL)
+    assert torch.allclose(got.double(), ref, atol=1e-5)
+    g = torch.randn_like(got)
+    expected = torch.autograd.grad(ref, (x64, w64, b64), g.double())
+    for name, a, c in zip("x w b".split(), expected, torch.autograd.grad(got, (x, w, b), g)):
+        assert torch.allclose(c.double(), a, rtol=1e-4, atol=1e-5), name
+
+
+def test_light_cnn_with_kernels_trains_like_the_stock_layers(ext):
+    """JDFL's light CNN: every block's GroupNorm-pool-ReLU by the kernel and its conv 32 -> 64 by
+    Winograd; same state_dict, gradients and outputs within float rounding."""
+    from fedcond.models.light_cnn import LightCNN
+
+    torch.manual_seed(8)
+    stock = LightCNN((3, 32, 32), 28).to(memory_format=CL)
+    fast = LightCNN((3, 32, 32), 28).to(memory_format=CL)
+    fast.load_state_dict(stock.state_dict())
+    fast.use_cpu_kernels()
+    assert fast.kernels == [(False, True), (True, True), (False, True)]
+    assert list(fast.state_dict()) == list(stock.state_dict())
+    x = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8).contiguous(memory_format=CL)
+    y = torch.randint(0, 28, (6,))
+    for m in (stock, fast):
+        F.cross_entropy(m(x), y).backward()
+    for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-3, atol=1e-5), name
+    with torch.no_grad():
+        assert torch.allclose(stock(x), fast(x), atol=1e-4)
+        assert torch.allclose(stock.features(x), fast.features(x), atol=1e-4)  # FedProc's prototypes
+
+
 def test_nan_survives_every_kernel_as_in_the_stock_layers(ext):
     """A diverged model must show it: NaN wins the pool and passes the ReLU, as in torch."""
     torch.manual_seed(6)
@@ -149,6 +192,9 @@ def test_nan_survives_every_kernel_as_in_the_stock_layers(ext):
         (cpu_kernels.ConvPoolReLU.apply(x2, w2, b2), F.conv2d(x2, w2, b2, padding=1)),
         (cpu_kernels.PoolReLU.apply(x2), x2),
     ]
+    norm = cpu_kernels.GroupNormPoolReLU.apply(x2, torch.ones(32), torch.zeros(32), 8, 1e-5)
+    ref = F.relu(F.max_pool2d(F.group_norm(x2, 8, torch.ones(32), torch.zeros(32)), 2))
+    assert torch.isnan(ref).any() and torch.equal(torch.isnan(norm), torch.isnan(ref))  # the NaN's group, every pixel
     for got, conv in cases:
         ref = F.relu(F.max_pool2d(conv, 2))
         assert torch.isnan(ref).any() and torch.equal(torch.isnan(got), torch.isnan(ref))
@@ -165,6 +211,13 @@ def test_kernels_refuse_what_they_cannot_compute(ext):
     out, idx = ext.conv_pool_fwd(x, torch.randn(64, 32, 3, 3), torch.randn(64))
     with pytest.raises(RuntimeError, match="g:"):
         ext.conv_pool_bwd(x, torch.randn(64, 32, 3, 3), torch.randn(2, 64, 4, 4), idx)
+    with pytest.raises(RuntimeError, match="no kernel for 48 channels"):
+        ext.gn_pool_relu_fwd(torch.randn(2, 4, 4, 48), torch.ones(48), torch.zeros(48), 8, 1e-5)
+    with pytest.raises(RuntimeError, match="do not split into 5 groups"):
+        ext.gn_pool_relu_fwd(x, torch.ones(32), torch.zeros(32), 5, 1e-5)
+    assert cpu_kernels.group_norm_pool_on(torch.nn.GroupNorm(8, 64))
+    assert not cpu_kernels.group_norm_pool_on(torch.nn.GroupNorm(8, 48))
+    assert not cpu_kernels.group_norm_pool_on(torch.nn.GroupNorm(8, 64, affine=False))
     # second derivatives are not implemented: asking for one fails instead of returning zeros
     xr = torch.randn(2, 32, 4, 4).contiguous(memory_format=CL).requires_grad_()
     scale = torch.randn(2, 64, 2, 2, requires_grad=True)  # the gradient reaching the kernel depends on it
@@ -323,12 +376,18 @@ def test_dispatch_keeps_only_kernels_measured_faster_than_stock(fresh_dispatch):
     on = {(m.in_channels, m.out_channels): m.winograd for m in cifar.modules() if isinstance(m, torch.nn.Conv2d)}
     assert on == {(3, 32): False, (32, 32): False, (32, 64): True, (64, 64): True}
     assert cpu_kernels.status()["enabled"]["conv_pool"] is False
+    from fedcond.models.light_cnn import LightCNN
+
+    assert LightCNN((3, 32, 32), 7).use_cpu_kernels().kernels == [(False, True), (True, True), (False, True)]
 
 
 def test_dispatch_falls_back_to_the_stock_layers_where_every_kernel_is_slower(fresh_dispatch):
+    from fedcond.models.light_cnn import LightCNN
+
     fresh_dispatch(set(selfcheck.KERNELS))
     model = mnist_cnn(stat_dim=4, conditioning="film").use_cpu_kernels()
     assert [b.kernel for b in model.blocks] == [None, None]
+    assert LightCNN((3, 32, 32), 7).use_cpu_kernels().kernels == [(False, False)] * 3
     assert not any(getattr(m, "winograd", False) for m in model.modules())
     x = torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8)
     assert model(x, torch.zeros(2, 4)).shape == (2, 10)

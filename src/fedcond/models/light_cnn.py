@@ -12,6 +12,8 @@ ReLU comes after the pool: the same function as ReLU before it, forward and back
 (max commutes with the monotone ReLU; where a window's max is <= 0 both orders pass no gradient),
 on a quarter of the elements (benchmarks/light_cnn.py times both orders as the engines run them,
 channels-last).
+The CPU engines run GroupNorm, pool and ReLU of each block as one compiled kernel, and block 1's
+conv by Winograd, where this machine's self-check finds them faster (use_cpu_kernels; models/cpu_kernels).
 Parameter names are stable (`blocks.0..2`, `fc1`, `fc2`, `head`): JDFL's discovery picks its
 layer subsets by them.
 """
@@ -23,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import FedcondError
+from . import cpu_kernels
 from .cnn import _Normalise
 
 GROUPS = 8
@@ -53,12 +56,33 @@ class LightCNN(nn.Module):
         self.fc1 = nn.Linear(flat + stat_dim, HIDDEN[0])
         self.fc2 = nn.Linear(HIDDEN[0], HIDDEN[1])
         self.head = nn.Linear(HIDDEN[1], num_classes)
+        self.kernels = [(False, False)] * len(self.blocks)  # per block: (Winograd conv, GroupNorm-pool-ReLU kernel)
+
+    def use_cpu_kernels(self) -> "LightCNN":
+        """Run the blocks through the compiled CPU kernels (models/cpu_kernels) where each is built
+        and was measured faster than the stock layers on this machine: GroupNorm, MaxPool and ReLU
+        as one kernel, and the 3x3 conv 32 -> 64 by Winograd. Same parameters, state_dict and
+        function (to float rounding)."""
+        self.kernels = [(cpu_kernels.winograd_on(conv), cpu_kernels.group_norm_pool_on(norm))
+                        for conv, norm, _pool, _relu in self.blocks]
+        return self
+
+    def _block(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        conv, norm, pool, relu = self.blocks[i]
+        winograd, fused = self.kernels[i]
+        if winograd and cpu_kernels.usable(h, conv.weight, conv.bias):
+            h = cpu_kernels.WinogradConv.apply(h, conv.weight, conv.bias)
+        else:
+            h = conv(h)
+        if fused and cpu_kernels.usable(h, norm.weight, norm.bias):
+            return cpu_kernels.GroupNormPoolReLU.apply(h, norm.weight, norm.bias, norm.num_groups, norm.eps)
+        return relu(pool(norm(h)))
 
     def features(self, x: torch.Tensor, s: torch.Tensor | None = None) -> torch.Tensor:
         """The representation fed to the head [B, 128] (FedProc's prototypes live here)."""
         h = self.normalise(x)
-        for block in self.blocks:
-            h = block(h)
+        for i in range(len(self.blocks)):
+            h = self._block(i, h)
         h = h.flatten(1)
         if self.stat_dim > 0:
             h = torch.cat([h, s.to(h.dtype)], dim=1)

@@ -13,7 +13,11 @@ these stages are C++ loops vectorised over channels (kernels.cpp):
 - other 3x3 convs of 32/64 channels (the CIFAR CNN's, whose batch norms sit between conv and
   pool; FiLM-modulated ones) by the same Winograd code, writing the conv output in full;
 - MaxPool 2 + ReLU on a channels-last input, writing the flatten order (for FiLM models, whose
-  modulation sits between conv and pool).
+  modulation sits between conv and pool);
+- GroupNorm + MaxPool 2 + ReLU on a channels-last input (JDFL's light CNN): torch's channels-last
+  GroupNorm and its backward, with the pool's zero-fill and scatter, were ~40% of that model's
+  training step; the kernel never writes the normalised image, and its backward reads the input
+  once, because the pool passes the gradient to one position per window.
 All pick the first maximum in row-major window order, as `max_pool2d` does, so the gradients
 are those of the stock layers (exact on integer data; tests check every kernel).
 
@@ -175,6 +179,28 @@ class WinogradConv(torch.autograd.Function):
         return grad_x.permute(0, 3, 1, 2), grad_w, grad_b
 
 
+class GroupNormPoolReLU(torch.autograd.Function):
+    """relu(max_pool2d(group_norm(x, groups, gamma, beta, eps), 2)) for a channels-last x of 32, 64
+    or 128 channels (kernels.cpp): the normalised image is never written and the backward reads x
+    once, where torch's channels-last GroupNorm, pool and their backwards pass over it ~6 times.
+    The output is channels-last, as the next conv wants it."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+        xc = x.permute(0, 2, 3, 1).contiguous()  # [B, H, W, C]; no copy for a channels-last x
+        gamma = gamma.detach()
+        out, idx, mean, rstd = _ext.gn_pool_relu_fwd(xc, gamma, beta.detach(), groups, eps)
+        ctx.save_for_backward(xc, gamma, idx, mean, rstd)
+        return out.permute(0, 3, 1, 2)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # a second derivative must fail, not be silently zero
+    def backward(ctx, grad: torch.Tensor):
+        xc, gamma, idx, mean, rstd = ctx.saved_tensors
+        gin, ggamma, gbeta = _ext.gn_pool_relu_bwd(xc, gamma, grad.permute(0, 2, 3, 1).contiguous(), idx, mean, rstd)
+        return gin.permute(0, 3, 1, 2), ggamma, gbeta, None, None
+
+
 WINOGRAD_CHANNELS = {(32, 32), (32, 64), (64, 64)}  # (in, out) pairs compiled in kernels.cpp
 
 
@@ -214,6 +240,16 @@ def block_kernel(first: bool, conv: torch.nn.Module, film: bool) -> str | None:
 def winograd_on(conv: torch.nn.Module) -> bool:
     """Whether this conv runs by the Winograd kernel: its shape fits and its kernel is enabled."""
     return winograd_fits(conv) and enabled(f"winograd_{conv.in_channels}_{conv.out_channels}")
+
+
+GROUP_NORM_CHANNELS = {32, 64, 128}  # channel counts compiled in kernels.cpp
+
+
+def group_norm_pool_on(norm: torch.nn.Module) -> bool:
+    """Whether a GroupNorm followed by MaxPool 2 and ReLU runs as one kernel: an affine GroupNorm of
+    32, 64 or 128 channels, with the kernel enabled."""
+    return (isinstance(norm, torch.nn.GroupNorm) and norm.affine and norm.num_channels in GROUP_NORM_CHANNELS
+            and enabled("gn_pool_relu"))
 
 
 def usable(x: torch.Tensor, *params: torch.Tensor) -> bool:

@@ -200,10 +200,12 @@ class Kernels:
             "fedcond_conv_pool_bwd": [P] * 7 + [I] * 3,
             "fedcond_winograd_fwd": [P] * 4 + [I] * 5,
             "fedcond_winograd_bwd": [P] * 6 + [I] * 5,
+            "fedcond_gn_pool_relu_fwd": [P] * 7 + [I] * 5 + [ctypes.c_double],
+            "fedcond_gn_pool_relu_bwd": [P] * 9 + [I] * 5,
         }
         for name, args in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, (ctypes.c_int if "winograd" in name else None)
+            fn.argtypes, fn.restype = args, (ctypes.c_int if "winograd" in name or "gn_" in name else None)
         lib.fedcond_isa.restype = ctypes.c_char_p
         self._lib = lib
         self.isa = lib.fedcond_isa().decode()
@@ -293,6 +295,39 @@ class Kernels:
         rc = self._lib.fedcond_winograd_bwd(_ptr(x), _ptr(w), _ptr(g), _ptr(gin), _ptr(gw), _ptr(gb), B, H, W, CI, CO)
         _check(rc == 0, f"Winograd conv: no kernel for {CI} -> {CO} channels")
         return gin, gw, gb
+
+    def _gn_args(self, x, gamma, groups):
+        _check(x.dim() == 4 and _plain(x) and x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0,
+               "x: contiguous float NHWC on the CPU, even sides")
+        C = x.shape[3]
+        _check(gamma.shape == (C,) and gamma.device.type == "cpu" and gamma.dtype == torch.float32,
+               "gamma: float [C] on the CPU")
+        _check(groups > 0 and C % groups == 0, f"GroupNorm: {C} channels do not split into {groups} groups")
+        return x.shape, gamma.contiguous()
+
+    def gn_pool_relu_fwd(self, x, gamma, beta, groups: int, eps: float):
+        (B, H, W, C), gamma = self._gn_args(x, gamma, groups)
+        _check(beta.shape == (C,) and beta.device.type == "cpu" and beta.dtype == torch.float32, "beta: float [C]")
+        beta = beta.contiguous()
+        out = _f32(B, H // 2, W // 2, C)
+        idx = torch.empty(B, H // 2, W // 2, C, dtype=torch.uint8)
+        mean, rstd = _f32(B, groups), _f32(B, groups)
+        rc = self._lib.fedcond_gn_pool_relu_fwd(_ptr(x), _ptr(gamma), _ptr(beta), _ptr(out), _ptr(idx), _ptr(mean),
+                                                _ptr(rstd), B, H, W, C, groups, float(eps))
+        _check(rc == 0, f"GroupNorm-pool-ReLU: no kernel for {C} channels")
+        return out, idx, mean, rstd
+
+    def gn_pool_relu_bwd(self, x, gamma, g, idx, mean, rstd):
+        groups = mean.shape[1] if mean.dim() == 2 else 0
+        (B, H, W, C), gamma = self._gn_args(x, gamma, groups)
+        _check(g.shape == (B, H // 2, W // 2, C) and _plain(g), "g: contiguous float [B, H/2, W/2, C]")
+        _check(idx.shape == g.shape and _plain_idx(idx), "idx: uint8 [B, H/2, W/2, C] on the CPU")
+        _check(mean.shape == rstd.shape == (B, groups) and _plain(mean) and _plain(rstd), "mean, rstd: float [B, G]")
+        gin, ggamma, gbeta = torch.empty_like(x), _f32(C), _f32(C)
+        rc = self._lib.fedcond_gn_pool_relu_bwd(_ptr(x), _ptr(gamma), _ptr(g), _ptr(idx), _ptr(mean), _ptr(rstd),
+                                                _ptr(gin), _ptr(ggamma), _ptr(gbeta), B, H, W, C, groups)
+        _check(rc == 0, f"GroupNorm-pool-ReLU: no kernel for {C} channels")
+        return gin, ggamma, gbeta
 
 
 def load(variant: str = "native") -> Kernels:

@@ -6,6 +6,7 @@
 // (position k = 2 * dy + dx), exactly as torch's max_pool2d, NaN included (it wins and survives the
 // ReLU); idx holds k, or 4 where the ReLU zeroed the output (no gradient flows).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -394,6 +395,145 @@ bool winograd_dispatch(int64_t CI, int64_t CO, const float* x, const float* U, c
   return false;
 }
 
+// ---- GroupNorm + MaxPool 2 + ReLU on a channels-last input (JDFL's light CNN blocks) ----
+// relu(max_pool2d(group_norm(x, G, gamma, beta, eps), 2)) with the normalised image never written:
+// a first pass sums each channel (float per row, double per image), then each output is the max of
+// its window's x * a[c] + b[c] (a = rstd * gamma, b = beta - mean * a: torch's own form). The
+// backward needs the normalised value only where the pool passed the gradient, so its per-channel
+// sums run over the pooled positions and one pass writes the input gradient:
+// dx = a * dy + c2 * x + c3 per group, the terms of torch's GroupNorm backward.
+
+template <int C>
+void gn_pool_relu_forward(const float* __restrict x, const float* __restrict gamma, const float* __restrict beta,
+                          float* __restrict out, uint8_t* __restrict idx, float* __restrict mean_out,
+                          float* __restrict rstd_out, int64_t B, int64_t H, int64_t Wd, int64_t G, double eps) {
+  const int64_t h = H / 2, v = Wd / 2, Cg = C / G;
+  const double D = static_cast<double>(Cg * H * Wd);
+  for (int64_t n = 0; n < B; ++n) {
+    const float* xn = x + n * H * Wd * C;
+    // sums of (x - k) and its square, k the first pixel: shifted near the mean, a one-pass variance
+    // keeps its digits (a plain sum of squares loses them where the mean is large against the spread)
+    float k[C];
+    for (int c = 0; c < C; ++c) k[c] = xn[c];
+    double s1[C] = {}, s2[C] = {};
+    for (int64_t y = 0; y < H; ++y) {
+      float a1[C] = {}, a2[C] = {};
+      for (int64_t u = 0; u < Wd; ++u) {
+        const float* p = xn + (y * Wd + u) * C;
+        for (int c = 0; c < C; ++c) {
+          const float d = p[c] - k[c];
+          a1[c] += d;
+          a2[c] += d * d;
+        }
+      }
+      for (int c = 0; c < C; ++c) { s1[c] += a1[c]; s2[c] += a2[c]; }
+    }
+    float a[C], b[C];
+    const double P = static_cast<double>(H * Wd);  // values per channel
+    for (int64_t g = 0; g < G; ++g) {
+      double m = 0., q = 0.;  // the group's mean, and its sum of squared deviations
+      for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) m += k[c] + s1[c] / P;
+      m /= static_cast<double>(Cg);
+      for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) {
+        const double mc = k[c] + s1[c] / P;  // the channel's mean; deviations around it, then between channels
+        q += s2[c] - s1[c] * s1[c] / P + P * (mc - m) * (mc - m);
+      }
+      const double var = std::max(q / D, 0.);
+      const double rs = 1. / std::sqrt(var + eps);
+      mean_out[n * G + g] = static_cast<float>(m);
+      rstd_out[n * G + g] = static_cast<float>(rs);
+      for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) {
+        a[c] = static_cast<float>(rs * gamma[c]);
+        b[c] = static_cast<float>(beta[c] - m * rs * gamma[c]);
+      }
+    }
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t u = 0; u < v; ++u) {
+        float best[C], arg[C];
+        const float* p0 = xn + (2 * y * Wd + 2 * u) * C;
+        for (int c = 0; c < C; ++c) { best[c] = p0[c] * a[c] + b[c]; arg[c] = 0.f; }
+        for (int k = 1; k < 4; ++k) {
+          const float* pk = xn + ((2 * y + (k >> 1)) * Wd + 2 * u + (k & 1)) * C;
+          const float kf = static_cast<float>(k);
+          for (int c = 0; c < C; ++c) {
+            const float z = pk[c] * a[c] + b[c];
+            const bool wins = z > best[c] || z != z;  // strict: ties stay earlier; NaN wins, as in max_pool2d
+            best[c] = wins ? z : best[c];
+            arg[c] = wins ? kf : arg[c];
+          }
+        }
+        const int64_t o = ((n * h + y) * v + u) * C;
+        for (int c = 0; c < C; ++c) {
+          const bool alive = !(best[c] <= 0.f);  // NaN stays alive, as in relu
+          out[o + c] = alive ? best[c] : 0.f;
+          arg[c] = alive ? arg[c] : 4.f;
+        }
+        for (int c = 0; c < C; ++c) idx[o + c] = static_cast<uint8_t>(arg[c]);
+      }
+  }
+}
+
+// Gradients of gn_pool_relu_forward for g NHWC [B, H/2, W/2, C]: gin NHWC [B, H, W, C], ggamma, gbeta [C].
+template <int C>
+void gn_pool_relu_backward(const float* __restrict x, const float* __restrict gamma, const float* __restrict g,
+                           const uint8_t* __restrict idx, const float* __restrict mean, const float* __restrict rstd,
+                           float* __restrict gin, float* __restrict ggamma, float* __restrict gbeta, int64_t B,
+                           int64_t H, int64_t Wd, int64_t G) {
+  const int64_t h = H / 2, v = Wd / 2, Cg = C / G;
+  const double D = static_cast<double>(Cg * H * Wd);
+  double tg[C] = {}, tb[C] = {};
+  for (int64_t n = 0; n < B; ++n) {
+    const float* xn = x + n * H * Wd * C;
+    float* gn = gin + n * H * Wd * C;
+    double ds[C] = {}, db[C] = {};  // sum over positions of dy * x and of dy, dy the pool's gradient
+    for (int64_t y = 0; y < h; ++y) {
+      float a1[C] = {}, a2[C] = {};
+      for (int64_t u = 0; u < v; ++u) {
+        const int64_t o = ((n * h + y) * v + u) * C;
+        float code[C], xs[C] = {};
+        for (int c = 0; c < C; ++c) code[c] = static_cast<float>(idx[o + c]);
+        for (int k = 0; k < 4; ++k) {
+          const float* pk = xn + ((2 * y + (k >> 1)) * Wd + 2 * u + (k & 1)) * C;
+          const float kf = static_cast<float>(k);
+          for (int c = 0; c < C; ++c) xs[c] = code[c] == kf ? pk[c] : xs[c];
+        }
+        for (int c = 0; c < C; ++c) {
+          const float gv = code[c] < 4.f ? g[o + c] : 0.f;
+          a1[c] += gv * xs[c];
+          a2[c] += gv;
+        }
+      }
+      for (int c = 0; c < C; ++c) { ds[c] += a1[c]; db[c] += a2[c]; }
+    }
+    float A[C], C2[C], C3[C];
+    for (int64_t gi = 0; gi < G; ++gi) {
+      const double m = mean[n * G + gi], rs = rstd[n * G + gi];
+      double dsg = 0., dbg = 0.;
+      for (int64_t c = gi * Cg; c < (gi + 1) * Cg; ++c) { dsg += ds[c] * gamma[c]; dbg += db[c] * gamma[c]; }
+      const double c2 = (dbg * m - dsg) * rs * rs * rs / D, c3 = -c2 * m - dbg * rs / D;
+      for (int64_t c = gi * Cg; c < (gi + 1) * Cg; ++c) {
+        A[c] = static_cast<float>(rs * gamma[c]);
+        C2[c] = static_cast<float>(c2);
+        C3[c] = static_cast<float>(c3);
+        tg[c] += (ds[c] - db[c] * m) * rs;
+        tb[c] += db[c];
+      }
+    }
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t u = 0; u < v; ++u) {
+        const int64_t o = ((n * h + y) * v + u) * C;
+        float code[C], gv[C];
+        for (int c = 0; c < C; ++c) { code[c] = static_cast<float>(idx[o + c]); gv[c] = g[o + c] * A[c]; }
+        for (int k = 0; k < 4; ++k) {
+          const int64_t q = ((2 * y + (k >> 1)) * Wd + 2 * u + (k & 1)) * C;
+          const float kf = static_cast<float>(k);
+          for (int c = 0; c < C; ++c) gn[q + c] = xn[q + c] * C2[c] + C3[c] + (code[c] == kf ? gv[c] : 0.f);
+        }
+      }
+  }
+  for (int c = 0; c < C; ++c) { ggamma[c] = static_cast<float>(tg[c]); gbeta[c] = static_cast<float>(tb[c]); }
+}
+
 }  // namespace
 
 // ---- The C interface. Arguments are checked by build.py (shapes, contiguity, dtypes) ----
@@ -517,6 +657,34 @@ int fedcond_winograd_bwd(const float* x, const float* w, const float* g, float* 
     return -1;
   weight_gradient(gU.data(), gw, CI, CO);
   return 0;
+}
+
+// relu(max_pool2d(group_norm(x, G, gamma, beta, eps), 2)) for x NHWC [B, H, W, C] (even sides):
+// out, idx NHWC [B, H/2, W/2, C]; mean, rstd [B, G] for the backward. Returns 0, or -1 where C is
+// not 32, 64 or 128 or does not split into G groups.
+int fedcond_gn_pool_relu_fwd(const float* x, const float* gamma, const float* beta, float* out, uint8_t* idx,
+                             float* mean, float* rstd, int64_t B, int64_t H, int64_t Wd, int64_t C, int64_t G,
+                             double eps) {
+  if (G <= 0 || C % G) return -1;
+  switch (C) {
+    case 32: gn_pool_relu_forward<32>(x, gamma, beta, out, idx, mean, rstd, B, H, Wd, G, eps); return 0;
+    case 64: gn_pool_relu_forward<64>(x, gamma, beta, out, idx, mean, rstd, B, H, Wd, G, eps); return 0;
+    case 128: gn_pool_relu_forward<128>(x, gamma, beta, out, idx, mean, rstd, B, H, Wd, G, eps); return 0;
+    default: return -1;
+  }
+}
+
+// Gradients of fedcond_gn_pool_relu_fwd for g NHWC [B, H/2, W/2, C]: gin NHWC [B, H, W, C], ggamma, gbeta [C].
+int fedcond_gn_pool_relu_bwd(const float* x, const float* gamma, const float* g, const uint8_t* idx,
+                             const float* mean, const float* rstd, float* gin, float* ggamma, float* gbeta, int64_t B,
+                             int64_t H, int64_t Wd, int64_t C, int64_t G) {
+  if (G <= 0 || C % G) return -1;
+  switch (C) {
+    case 32: gn_pool_relu_backward<32>(x, gamma, g, idx, mean, rstd, gin, ggamma, gbeta, B, H, Wd, G); return 0;
+    case 64: gn_pool_relu_backward<64>(x, gamma, g, idx, mean, rstd, gin, ggamma, gbeta, B, H, Wd, G); return 0;
+    case 128: gn_pool_relu_backward<128>(x, gamma, g, idx, mean, rstd, gin, ggamma, gbeta, B, H, Wd, G); return 0;
+    default: return -1;
+  }
 }
 
 }  // extern "C"

@@ -30,8 +30,9 @@ KERNELS = {
     "conv_pool": "conv 32->64, pool, ReLU at 14x14 by Winograd (MNIST CNN block 2)",
     "pool_relu": "max-pool and ReLU, 32ch 28x28 + 64ch 14x14 (FiLM-conditioned MNIST CNN)",
     "winograd_32_32": "conv 32->32 at 32x32 by Winograd (CIFAR CNN)",
-    "winograd_32_64": "conv 32->64 at 16x16 by Winograd (CIFAR CNN, FiLM MNIST)",
+    "winograd_32_64": "conv 32->64 at 16x16 by Winograd (CIFAR CNN, FiLM MNIST; JDFL light CNN block 2)",
     "winograd_64_64": "conv 64->64 at 16x16 by Winograd (CIFAR CNN)",
+    "gn_pool_relu": "GroupNorm (8 groups), pool, ReLU, 32ch 56x56 + 64ch 28x28 + 128ch 14x14 (JDFL light CNN)",
 }
 BATCH = 32
 REPS = 5
@@ -44,7 +45,7 @@ CL = torch.channels_last
 def _cases(batch: int) -> dict[str, tuple[Callable[[], None], ...]]:
     """name -> (kernel, stock[, alternative]): closures running forward and backward once on fixed
     random data; the fused kernels' alternative is what runs without them (component kernels)."""
-    from . import ConvPoolReLU, FirstBlock, PoolReLU, WinogradConv
+    from . import ConvPoolReLU, FirstBlock, GroupNormPoolReLU, PoolReLU, WinogradConv
 
     gen = torch.Generator().manual_seed(0)
 
@@ -87,6 +88,15 @@ def _cases(batch: int) -> dict[str, tuple[Callable[[], None], ...]]:
         cases[f"winograd_{cin}_{cout}"] = (
             lambda x=x, w=w, b=b, g=g: run(lambda: WinogradConv.apply(x, w, b), (x, w, b), g),
             lambda x=x, w=w, b=b, g=g: run(lambda: F.conv2d(x, w, b, padding=1), (x, w, b), g))
+    norms = [(rand(batch, c, s, s, grad=True), rand(c, grad=True), rand(c, grad=True), rand(batch, c, s // 2, s // 2))
+             for c, s in ((32, 56), (64, 28), (128, 14))]
+
+    def norm_pool(fn):
+        for x, w, b, g in norms:
+            run(lambda: fn(x, w, b), (x, w, b), g)
+
+    cases["gn_pool_relu"] = (lambda: norm_pool(lambda x, w, b: GroupNormPoolReLU.apply(x, w, b, 8, 1e-5)),
+                             lambda: norm_pool(lambda x, w, b: F.relu(F.max_pool2d(F.group_norm(x, 8, w, b), 2))))
     assert list(cases) == list(KERNELS)
     return cases
 
