@@ -315,7 +315,7 @@ def conditional_vs_oracle(tables, protocol, cells) -> tuple[Figure | None, str]:
     lo, hi = min(shown + [0.0]), max(shown + [0.0])
     pad = max(0.5, 0.1 * (hi - lo))
     ax.set_ylim(lo - pad, hi + pad)  # the zero line and a published mean of 0 stay visible
-    ax.set_xticks(range(len(order)), [f"{f}\n({len(per_family[f])} settings)" for f in order])
+    ax.set_xticks(range(len(order)), [f"{f}\n({len(per_family[f])} setting{'s' if len(per_family[f]) != 1 else ''})" for f in order])
     ax.set_xlabel("scenario family")
     ax.set_ylabel("Conditional minus Oracle (pp)")
     ax.set_title(f"Conditional minus Oracle per family, {_label(protocol)}", fontsize=10)
