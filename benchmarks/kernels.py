@@ -1,8 +1,9 @@
-"""Kernel benchmark: one training step of the paper's CNNs, compiled kernels against stock layers.
+"""Kernel benchmark: one training step of each CNN, compiled kernels against stock layers.
 
 For every kernel variant this machine can build (native; avx2 on AVX-512 CPUs; portable), one
-SGD step (batch 64, one thread, conditioned on 32 statistics as Conditional trains) of the MNIST
-and the CIFAR CNN, timed three ways, interleaved, median of --reps:
+SGD step (batch 64, one thread) of the MNIST and the CIFAR CNN (conditioned on 32 statistics, as
+Conditional trains them) and of JDFL's light CNN (PACS, 112 px, 28 outputs), timed three ways,
+interleaved, median of --reps:
   all kernels   every kernel of the variant on (FEDCOND_CPU_KERNELS=all)
   dispatched    the engine's model: the kernels the self-check kept (FEDCOND_CPU_KERNELS=auto)
   stock         torch's own layers (channels-last, as the engine runs them)
@@ -23,6 +24,9 @@ import sys
 import time
 from statistics import median_high  # the upper median: an element of the list, as timed
 
+# name, input shape, classes, statistics: the paper's CNNs as Conditional trains them; JDFL's light
+# CNN on PACS as JDFL trains it (unconditioned, M x C = 4 x 7 outputs)
+MODELS = (("MNIST CNN", (1, 28, 28), 10, 32), ("CIFAR CNN", (3, 32, 32), 10, 32), ("light CNN", (3, 112, 112), 28, 0))
 CAP = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
        "portable": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}}
 
@@ -39,11 +43,11 @@ def child(reps: int) -> None:
     status = cpu_kernels.status()
     decided = dict(status["enabled"])
     out = {"isa": status.get("isa"), "torch_isa": torch.backends.cpu.get_cpu_capability(), "decided": decided}
-    for name, shape in (("MNIST CNN", (1, 28, 28)), ("CIFAR CNN", (3, 32, 32))):
-        spec = ModelSpec(shape, 10, 32, "concat", (0.5,) * shape[0], (0.25,) * shape[0])
+    for name, shape, classes, stat_dim in MODELS:
+        spec = ModelSpec(shape, classes, stat_dim, "concat", (0.5,) * shape[0], (0.25,) * shape[0])
         torch.manual_seed(0)
         x = torch.randint(0, 256, (64, *shape), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
-        y, s = torch.randint(0, 10, (64,)), torch.randn(64, 32)
+        y, s = torch.randint(0, classes, (64,)), (torch.randn(64, stat_dim) if stat_dim else None)
         steps = {}
         for how, enabled in (("all kernels", dict.fromkeys(selfcheck.KERNELS, True)), ("dispatched", decided),
                              ("stock", None)):
@@ -82,7 +86,8 @@ def main() -> None:
     from fedcond.models.cpu_kernels import build
 
     print(f"machine: {build.cpu_model()}, vector ISA {build.vector_isa()}")
-    print("one SGD step, batch 64, 1 thread, conditioned (32 statistics); medians of interleaved steps, ms")
+    print("one SGD step, batch 64, 1 thread (MNIST and CIFAR CNN conditioned on 32 statistics, the light CNN on PACS"
+          " with 28 outputs); medians of interleaved steps, ms")
     for variant in build.buildable_variants():
         env = dict(os.environ, FEDCOND_CPU_KERNELS="auto", FEDCOND_CPU_KERNELS_VARIANT=variant)
         if variant != "native":
@@ -96,7 +101,7 @@ def main() -> None:
         off = [n for n, on in r["decided"].items() if not on]
         print(f"variant {variant} (code for {r['isa']}; stock torch at {r['torch_isa']}); self-check turned off: "
               f"{', '.join(off) or 'none'}")
-        for name in ("MNIST CNN", "CIFAR CNN"):
+        for name, *_ in MODELS:
             t = r[name]
             print(f"  {name}: all kernels {t['all kernels']:7.1f}  dispatched {t['dispatched']:7.1f}  stock {t['stock']:7.1f}"
                   f"   stock/all kernels {t['stock'] / t['all kernels']:.2f}x  stock/dispatched {t['stock'] / t['dispatched']:.2f}x")

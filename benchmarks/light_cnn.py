@@ -1,19 +1,19 @@
-"""JDFL's light CNN (PACS, 3 x 112 x 112): one SGD training step, ours against the literal order
-and with the compiled kernels against without, and FedProc's per-round prototype pass, ours
-against one whole-client batch.
+"""JDFL's light CNN (PACS, 3 x 112 x 112): one SGD training step, ours against the literal order,
+and FedProc's per-round prototype pass, ours against one whole-client batch.
 
-  literal   conv, GroupNorm, ReLU, MaxPool per block (SPEC C.6 as written), stock torch layers
-  stock     conv, GroupNorm, MaxPool, ReLU (models/light_cnn.py; bitwise the same function), stock layers
-  kernels   the same model as the engines run it (engine.local_sgd.cpu_model): GroupNorm-pool-ReLU and
-            the conv 32 -> 64 by the compiled CPU kernels where this machine's self-check keeps them
-All channels-last. Batch 64, one thread, 28 outputs (JDFL's M x C = 4 x 7), interleaved, median of --reps.
-  prototypes  FedProc's class-feature sums over a 400-image client (a PACS client's size):
+  literal   conv, GroupNorm, ReLU, MaxPool per block (SPEC C.6 as written)
+  ours      conv, GroupNorm, MaxPool, ReLU (models/light_cnn.py; bitwise the same function)
+Both channels-last, on the stock torch layers (the compiled kernels, which fuse GroupNorm, pool and
+ReLU, are timed against them by benchmarks/kernels.py). Batch 64, one thread, 28 outputs (JDFL's
+M x C = 4 x 7), interleaved, median of --reps.
+  prototypes  FedProc's class-feature sums over a 400-image client (a PACS client's size), on
+              the model as the engines run it (engine.local_sgd.cpu_model, kernels where kept):
               algorithms.fedproc.class_feature_sums (channels-last batches of 64) against the
               whole client as one NCHW batch (what it ran before).
 Run natively and, on CPUs wider than AVX2, again with torch capped to AVX2 and the kernels' avx2
 build (what an AVX2 CPU would see), each in its own process. Prints per ISA
-`light_cnn/<isa>: ours R.RRx faster than literal`, `light_cnn_kernels/<isa>: kernels R.RRx faster
-than stock layers` and `fedproc_prototypes/<isa>: batches of 64 R.RRx faster than one batch`.
+`light_cnn/<isa>: ours R.RRx faster than literal` and
+`fedproc_prototypes/<isa>: batches of 64 R.RRx faster than one batch`.
 
 Usage: python benchmarks/light_cnn.py [--reps 9]
 """
@@ -49,11 +49,9 @@ def child(reps: int) -> None:
     x = torch.randint(0, 256, (64, 3, 112, 112), dtype=torch.uint8).contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 28, (64,))
     runs = {}
-    for name, fwd in (("literal", literal), ("stock", lambda m, xx: m(xx)), ("kernels", lambda m, xx: m(xx))):
+    for name, fwd in (("literal", literal), ("ours", lambda m, xx: m(xx))):
         torch.manual_seed(0)
-        m = cpu_model(ModelSpec(input_shape=(3, 112, 112), num_classes=28))
-        if name == "stock":
-            m.kernels = [(False, False)] * len(m.blocks)
+        m = ModelSpec(input_shape=(3, 112, 112), num_classes=28).build().to(memory_format=torch.channels_last)
         runs[name] = (m, fwd, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9), [])
     for rep in range(reps + 2):
         for m, fwd, opt, times in runs.values():
@@ -64,10 +62,10 @@ def child(reps: int) -> None:
             if rep >= 2:  # warm-up
                 times.append(time.perf_counter() - t)
     med = {k: median_high(v[3]) * 1000 for k, v in runs.items()}
-    m = runs["kernels"][0]
+    m = cpu_model(ModelSpec(input_shape=(3, 112, 112), num_classes=28))
+    m.load_state_dict(runs["ours"][0].state_dict())
     med["batches"], med["whole"] = _prototype_pass(m, reps)
-    on = ",".join(f"{'W' if w else '-'}{'G' if g else '-'}" for w, g in m.kernels)  # per block: Winograd, GroupNorm kernel
-    print(f"{med['literal']:.1f} {med['stock']:.1f} {med['kernels']:.1f} {med['batches']:.1f} {med['whole']:.1f} {on}")
+    print(f"{med['literal']:.1f} {med['ours']:.1f} {med['batches']:.1f} {med['whole']:.1f}")
 
 
 def _prototype_pass(model, reps: int) -> tuple[float, float]:
@@ -112,12 +110,10 @@ def main() -> None:
     for label, env in ((isa, {}), *((("avx2 (torch capped)", AVX2),) if isa == "avx512" else ())):
         out = subprocess.run([sys.executable, __file__, "--child", "--reps", str(args.reps)], env={**os.environ, **env},
                              capture_output=True, text=True, check=True).stdout.split()
-        lit, stock, kernels, batches, whole = (float(v) for v in out[:5])
-        print(f"  {label}: literal {lit:.1f} ms, ours {stock:.1f} ms, with kernels {kernels:.1f} ms per step "
-              f"(blocks: {out[5]}, W Winograd conv, G GroupNorm kernel); prototype pass: batches of 64 {batches:.0f} ms, "
+        lit, ours, batches, whole = (float(v) for v in out)
+        print(f"  {label}: literal {lit:.1f} ms, ours {ours:.1f} ms per step; prototype pass: batches of 64 {batches:.0f} ms, "
               f"one batch {whole:.0f} ms")
-        print(f"light_cnn/{label.split()[0]}: ours {lit / stock:.2f}x faster than literal")
-        print(f"light_cnn_kernels/{label.split()[0]}: kernels {stock / kernels:.2f}x faster than stock layers")
+        print(f"light_cnn/{label.split()[0]}: ours {lit / ours:.2f}x faster than literal")
         print(f"fedproc_prototypes/{label.split()[0]}: batches of 64 {whole / batches:.2f}x faster than one batch")
 
 
