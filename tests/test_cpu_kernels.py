@@ -155,10 +155,31 @@ def test_group_norm_pool_kernel_equals_the_stock_layers(ext, channels, groups, h
         assert torch.allclose(c.double(), a, rtol=1e-4, atol=1e-5), name
 
 
-def test_light_cnn_with_kernels_trains_like_the_stock_layers(ext):
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_group_norm_pool_kernel_routes_gradients_as_the_stock_layers_at_ties(ext, seed):
+    """On small integers (ties everywhere, windows whose maximum is the group's mean, which the
+    ReLU zeroes) the kernel picks the same maxima and ReLU gates as the stock layers: its mean is
+    exact there, so the input gradient is zero, and non-zero, at the same places, with the same values
+    to float rounding."""
+    torch.manual_seed(seed)
+    x = torch.randint(-1, 2, (4, 32, 6, 6)).float().contiguous(memory_format=CL).requires_grad_()
+    w, b = torch.ones(32, requires_grad=True), torch.zeros(32, requires_grad=True)
+    ref = F.relu(F.max_pool2d(F.group_norm(x, 8, w, b), 2))
+    got = cpu_kernels.GroupNormPoolReLU.apply(x, w, b, 8, 1e-5)
+    assert torch.equal(got > 0, ref > 0)
+    g = torch.randn_like(ref)
+    (expected,), (grad,) = torch.autograd.grad(ref, (x,), g), torch.autograd.grad(got, (x,), g)
+    assert torch.allclose(grad, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_light_cnn_with_kernels_trains_like_the_stock_layers(ext, monkeypatch):
     """JDFL's light CNN: every block's GroupNorm-pool-ReLU by the kernel and its conv 32 -> 64 by
     Winograd; same state_dict, gradients and outputs within float rounding."""
     from fedcond.models.light_cnn import LightCNN
+
+    calls = []
+    kernel = cpu_kernels.GroupNormPoolReLU.apply
+    monkeypatch.setattr(cpu_kernels.GroupNormPoolReLU, "apply", lambda *a: calls.append(1) or kernel(*a))
 
     torch.manual_seed(8)
     stock = LightCNN((3, 32, 32), 28).to(memory_format=CL)
@@ -171,6 +192,7 @@ def test_light_cnn_with_kernels_trains_like_the_stock_layers(ext):
     y = torch.randint(0, 28, (6,))
     for m in (stock, fast):
         F.cross_entropy(m(x), y).backward()
+    assert len(calls) == 3  # the kernel ran in every block, not the stock fallback
     for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-3, atol=1e-5), name
     with torch.no_grad():
@@ -215,6 +237,23 @@ def test_kernels_refuse_what_they_cannot_compute(ext):
         ext.gn_pool_relu_fwd(torch.randn(2, 4, 4, 48), torch.ones(48), torch.zeros(48), 8, 1e-5)
     with pytest.raises(RuntimeError, match="do not split into 5 groups"):
         ext.gn_pool_relu_fwd(x, torch.ones(32), torch.zeros(32), 5, 1e-5)
+    for bad in (torch.empty(2, 0, 0, 32), torch.randn(2, 3, 4, 32)):  # empty, odd side
+        with pytest.raises(RuntimeError, match="even sides, not empty"):
+            ext.gn_pool_relu_fwd(bad, torch.ones(32), torch.zeros(32), 8, 1e-5)
+    assert not cpu_kernels.usable(torch.empty(2, 32, 0, 0))  # the model keeps the stock layers there
+    with pytest.raises(RuntimeError, match="gamma:"):
+        ext.gn_pool_relu_fwd(x, torch.ones(64), torch.zeros(32), 8, 1e-5)
+    out, idx, mean, rstd = ext.gn_pool_relu_fwd(x, torch.ones(32), torch.zeros(32), 8, 1e-5)
+    with pytest.raises(RuntimeError, match="mean, rstd:"):
+        ext.gn_pool_relu_bwd(x, torch.ones(32), out, idx, mean, rstd[:1])
+    with pytest.raises(RuntimeError, match="idx:"):
+        ext.gn_pool_relu_bwd(x, torch.ones(32), out, idx.float(), mean, rstd)
+    xg = torch.randn(2, 32, 4, 4).contiguous(memory_format=CL).requires_grad_()
+    scale = torch.randn(2, 32, 2, 2, requires_grad=True)
+    normed = cpu_kernels.GroupNormPoolReLU.apply(xg, torch.ones(32), torch.zeros(32), 8, 1e-5)
+    (gx,) = torch.autograd.grad((normed * scale).sum(), xg, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        gx.sum().backward()
     assert cpu_kernels.group_norm_pool_on(torch.nn.GroupNorm(8, 64))
     assert not cpu_kernels.group_norm_pool_on(torch.nn.GroupNorm(8, 48))
     assert not cpu_kernels.group_norm_pool_on(torch.nn.GroupNorm(8, 64, affine=False))

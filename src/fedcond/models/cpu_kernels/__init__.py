@@ -16,8 +16,8 @@ these stages are C++ loops vectorised over channels (kernels.cpp):
   modulation sits between conv and pool);
 - GroupNorm + MaxPool 2 + ReLU on a channels-last input (JDFL's light CNN): torch's channels-last
   GroupNorm and its backward, with the pool's zero-fill and scatter, were ~40% of that model's
-  training step; the kernel never writes the normalised image, and its backward reads the input
-  once, because the pool passes the gradient to one position per window.
+  training step; the kernel never writes the normalised image, and its backward's sums run over
+  the pooled positions only, because the pool passes the gradient to one position per window.
 All pick the first maximum in row-major window order, as `max_pool2d` does, so the gradients
 are those of the stock layers (exact on integer data; tests check every kernel).
 
@@ -181,8 +181,9 @@ class WinogradConv(torch.autograd.Function):
 
 class GroupNormPoolReLU(torch.autograd.Function):
     """relu(max_pool2d(group_norm(x, groups, gamma, beta, eps), 2)) for a channels-last x of 32, 64
-    or 128 channels (kernels.cpp): the normalised image is never written and the backward reads x
-    once, where torch's channels-last GroupNorm, pool and their backwards pass over it ~6 times.
+    or 128 channels (kernels.cpp): the normalised image is never written, and the backward reads x
+    twice (its sums over the pooled positions, then the gradient) where torch's channels-last
+    GroupNorm, pool and their backwards pass over full-size tensors ~6 times.
     The output is channels-last, as the next conv wants it."""
 
     @staticmethod
@@ -259,4 +260,4 @@ def usable(x: torch.Tensor, *params: torch.Tensor) -> bool:
     plain = lambda t: (t.device.type == "cpu" and t.dtype == torch.float32  # noqa: E731
                        and not torch._C._functorch.is_functorch_wrapped_tensor(t))
     return (_ext is not None and plain(x) and x.dim() == 4 and x.shape[2] % 2 == 0 and x.shape[3] % 2 == 0
-            and all(plain(p) for p in params))
+            and x.shape[2] * x.shape[3] > 0 and all(plain(p) for p in params))

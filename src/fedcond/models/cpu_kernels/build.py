@@ -297,8 +297,8 @@ class Kernels:
         return gin, gw, gb
 
     def _gn_args(self, x, gamma, groups):
-        _check(x.dim() == 4 and _plain(x) and x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0,
-               "x: contiguous float NHWC on the CPU, even sides")
+        _check(x.dim() == 4 and _plain(x) and x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0
+               and x.shape[1] * x.shape[2] > 0, "x: contiguous float NHWC on the CPU, even sides, not empty")
         C = x.shape[3]
         _check(gamma.shape == (C,) and gamma.device.type == "cpu" and gamma.dtype == torch.float32,
                "gamma: float [C] on the CPU")

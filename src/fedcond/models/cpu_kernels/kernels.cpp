@@ -401,7 +401,8 @@ bool winograd_dispatch(int64_t CI, int64_t CO, const float* x, const float* U, c
 // its window's x * a[c] + b[c] (a = rstd * gamma, b = beta - mean * a: torch's own form). The
 // backward needs the normalised value only where the pool passed the gradient, so its per-channel
 // sums run over the pooled positions and one pass writes the input gradient:
-// dx = a * dy + c2 * x + c3 per group, the terms of torch's GroupNorm backward.
+// dx = a * dy + c2 * (x - mean) + c3 per group, torch's GroupNorm backward with x centred.
+// mean and rstd reach the backward rounded to float (the forward used them in double).
 
 template <int C>
 void gn_pool_relu_forward(const float* __restrict x, const float* __restrict gamma, const float* __restrict beta,
@@ -413,15 +414,15 @@ void gn_pool_relu_forward(const float* __restrict x, const float* __restrict gam
     const float* xn = x + n * H * Wd * C;
     // sums of (x - k) and its square, k the first pixel: shifted near the mean, a one-pass variance
     // keeps its digits (a plain sum of squares loses them where the mean is large against the spread)
-    float k[C];
-    for (int c = 0; c < C; ++c) k[c] = xn[c];
+    float shift[C];
+    for (int c = 0; c < C; ++c) shift[c] = xn[c];
     double s1[C] = {}, s2[C] = {};
     for (int64_t y = 0; y < H; ++y) {
       float a1[C] = {}, a2[C] = {};
       for (int64_t u = 0; u < Wd; ++u) {
         const float* p = xn + (y * Wd + u) * C;
         for (int c = 0; c < C; ++c) {
-          const float d = p[c] - k[c];
+          const float d = p[c] - shift[c];
           a1[c] += d;
           a2[c] += d * d;
         }
@@ -432,10 +433,10 @@ void gn_pool_relu_forward(const float* __restrict x, const float* __restrict gam
     const double P = static_cast<double>(H * Wd);  // values per channel
     for (int64_t g = 0; g < G; ++g) {
       double m = 0., q = 0.;  // the group's mean, and its sum of squared deviations
-      for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) m += k[c] + s1[c] / P;
-      m /= static_cast<double>(Cg);
+      for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) m += P * shift[c] + s1[c];  // exact on integer data
+      m /= D;
       for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) {
-        const double mc = k[c] + s1[c] / P;  // the channel's mean; deviations around it, then between channels
+        const double mc = shift[c] + s1[c] / P;  // the channel's mean; deviations around it, then between channels
         q += s2[c] - s1[c] * s1[c] / P + P * (mc - m) * (mc - m);
       }
       const double var = std::max(q / D, 0.);
@@ -485,7 +486,10 @@ void gn_pool_relu_backward(const float* __restrict x, const float* __restrict ga
   for (int64_t n = 0; n < B; ++n) {
     const float* xn = x + n * H * Wd * C;
     float* gn = gin + n * H * Wd * C;
-    double ds[C] = {}, db[C] = {};  // sum over positions of dy * x and of dy, dy the pool's gradient
+    // sums over positions of dy * (x - mean) and of dy, dy the pool's gradient (centred: no cancellation)
+    double ds[C] = {}, db[C] = {};
+    float mc[C];
+    for (int c = 0; c < C; ++c) mc[c] = mean[n * G + c / Cg];
     for (int64_t y = 0; y < h; ++y) {
       float a1[C] = {}, a2[C] = {};
       for (int64_t u = 0; u < v; ++u) {
@@ -499,7 +503,7 @@ void gn_pool_relu_backward(const float* __restrict x, const float* __restrict ga
         }
         for (int c = 0; c < C; ++c) {
           const float gv = code[c] < 4.f ? g[o + c] : 0.f;
-          a1[c] += gv * xs[c];
+          a1[c] += gv * (xs[c] - mc[c]);
           a2[c] += gv;
         }
       }
@@ -510,12 +514,12 @@ void gn_pool_relu_backward(const float* __restrict x, const float* __restrict ga
       const double m = mean[n * G + gi], rs = rstd[n * G + gi];
       double dsg = 0., dbg = 0.;
       for (int64_t c = gi * Cg; c < (gi + 1) * Cg; ++c) { dsg += ds[c] * gamma[c]; dbg += db[c] * gamma[c]; }
-      const double c2 = (dbg * m - dsg) * rs * rs * rs / D, c3 = -c2 * m - dbg * rs / D;
+      const double c2 = -dsg * rs * rs * rs / D, c3 = -dbg * rs / D;  // dx = A dy + c2 (x - m) + c3
       for (int64_t c = gi * Cg; c < (gi + 1) * Cg; ++c) {
         A[c] = static_cast<float>(rs * gamma[c]);
         C2[c] = static_cast<float>(c2);
         C3[c] = static_cast<float>(c3);
-        tg[c] += (ds[c] - db[c] * m) * rs;
+        tg[c] += ds[c] * rs;
         tb[c] += db[c];
       }
     }
@@ -527,7 +531,7 @@ void gn_pool_relu_backward(const float* __restrict x, const float* __restrict ga
         for (int k = 0; k < 4; ++k) {
           const int64_t q = ((2 * y + (k >> 1)) * Wd + 2 * u + (k & 1)) * C;
           const float kf = static_cast<float>(k);
-          for (int c = 0; c < C; ++c) gn[q + c] = xn[q + c] * C2[c] + C3[c] + (code[c] == kf ? gv[c] : 0.f);
+          for (int c = 0; c < C; ++c) gn[q + c] = (xn[q + c] - mc[c]) * C2[c] + C3[c] + (code[c] == kf ? gv[c] : 0.f);
         }
       }
   }
@@ -661,11 +665,11 @@ int fedcond_winograd_bwd(const float* x, const float* w, const float* g, float* 
 
 // relu(max_pool2d(group_norm(x, G, gamma, beta, eps), 2)) for x NHWC [B, H, W, C] (even sides):
 // out, idx NHWC [B, H/2, W/2, C]; mean, rstd [B, G] for the backward. Returns 0, or -1 where C is
-// not 32, 64 or 128 or does not split into G groups.
+// not 32, 64 or 128 or does not split into G groups, or the image is empty.
 int fedcond_gn_pool_relu_fwd(const float* x, const float* gamma, const float* beta, float* out, uint8_t* idx,
                              float* mean, float* rstd, int64_t B, int64_t H, int64_t Wd, int64_t C, int64_t G,
                              double eps) {
-  if (G <= 0 || C % G) return -1;
+  if (G <= 0 || C % G || H <= 0 || Wd <= 0) return -1;
   switch (C) {
     case 32: gn_pool_relu_forward<32>(x, gamma, beta, out, idx, mean, rstd, B, H, Wd, G, eps); return 0;
     case 64: gn_pool_relu_forward<64>(x, gamma, beta, out, idx, mean, rstd, B, H, Wd, G, eps); return 0;
@@ -678,7 +682,7 @@ int fedcond_gn_pool_relu_fwd(const float* x, const float* gamma, const float* be
 int fedcond_gn_pool_relu_bwd(const float* x, const float* gamma, const float* g, const uint8_t* idx,
                              const float* mean, const float* rstd, float* gin, float* ggamma, float* gbeta, int64_t B,
                              int64_t H, int64_t Wd, int64_t C, int64_t G) {
-  if (G <= 0 || C % G) return -1;
+  if (G <= 0 || C % G || H <= 0 || Wd <= 0) return -1;
   switch (C) {
     case 32: gn_pool_relu_backward<32>(x, gamma, g, idx, mean, rstd, gin, ggamma, gbeta, B, H, Wd, G); return 0;
     case 64: gn_pool_relu_backward<64>(x, gamma, g, idx, mean, rstd, gin, ggamma, gbeta, B, H, Wd, G); return 0;
