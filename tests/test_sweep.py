@@ -66,6 +66,21 @@ def test_resume_skips_finished_cells_and_the_index_forbids_duplicates(tmp_path):
                     "'FedAvg',0,'{}','{}','{}','cpu','{}','x')")
 
 
+
+def test_rows_name_the_commit_the_process_loaded_not_a_later_one(tmp_path, monkeypatch):
+    """A sweep runs for hours while commits land: each row names the revision read when the code
+    was imported, without asking git again."""
+    shared_file("mnist.npz.xz")
+    loaded = results.git_revision()
+
+    def later_commit(*args, **kwargs):
+        raise AssertionError("git asked again after import")
+    monkeypatch.setattr(results.subprocess, "run", later_commit)
+    db = tmp_path / "s.sqlite"
+    run_sweep(plan(select("E1/mnist/K=2/rich"), "Local", [0], "smoke"), str(db), str(SHARED), workers=1,
+              progress=False, log=lambda s: None)
+    assert sqlite3.connect(db).execute("SELECT git_rev FROM runs").fetchall() == [(loaded,)]
+
 def test_divergence_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
     shared_file("mnist.npz.xz")
     monkeypatch.setitem(PROTOCOLS, "explode", (PAPER.replace(epochs=1, lr=1e12), 0.02))

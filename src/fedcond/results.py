@@ -83,7 +83,7 @@ def connect(path: str | Path | None = None) -> sqlite3.Connection:
     return con
 
 
-def git_revision() -> str:
+def _read_git_revision() -> str:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
@@ -91,6 +91,16 @@ def git_revision() -> str:
         return out.stdout.strip() if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+# Read when this module is first imported, i.e. when the process loaded its code: a sweep runs for
+# hours while commits land, and its rows must name the code that made them, not the newest commit.
+_REVISION = _read_git_revision()
+
+
+def git_revision() -> str:
+    """The commit of the code this process runs (read at import; "unknown" outside a git checkout)."""
+    return _REVISION
 
 
 def versions() -> dict:
