@@ -53,8 +53,9 @@ def _literal_light_cnn_features(m, x):
 
 
 def test_light_cnn_pool_before_relu_is_bitwise_the_literal_order():
-    """In NCHW and channels-last (as the engines run it): outputs and every gradient equal."""
-    from fedcond.engine.local_sgd import cpu_model
+    """In NCHW and channels-last (the engines' layout), on the stock layers: outputs and every
+    gradient equal (the compiled kernels the engines add are checked against these layers in
+    test_cpu_kernels)."""
     from fedcond.models import ModelSpec
 
     torch.manual_seed(0)
@@ -62,7 +63,7 @@ def test_light_cnn_pool_before_relu_is_bitwise_the_literal_order():
     y = torch.randint(0, 7, (6,))
     for channels_last in (False, True):
         spec = ModelSpec(input_shape=(3, 64, 64), num_classes=7)  # RGB of 64 px or more: the light CNN
-        m = cpu_model(spec) if channels_last else spec.build()
+        m = spec.build().to(memory_format=torch.channels_last) if channels_last else spec.build()
         xx = x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
         def run(f):
