@@ -39,6 +39,29 @@ inline vec ld(const float* p) { return *reinterpret_cast<const vecu*>(p); }
 inline void st(float* p, vec v) { *reinterpret_cast<vecu*>(p) = v; }
 inline vec splat(float s) { return vec{} + s; }
 
+// One position of a 2x2 max-pool window, channel by channel: z replaces the best so far where it is
+// larger or NaN (strict: ties stay earlier; NaN wins, as in max_pool2d); arg keeps the position.
+template <int C>
+inline void pool_step(float* __restrict best, float* __restrict arg, const float* __restrict z, float kf) {
+  for (int c = 0; c < C; ++c) {
+    const bool wins = z[c] > best[c] || z[c] != z[c];
+    best[c] = wins ? z[c] : best[c];
+    arg[c] = wins ? kf : arg[c];
+  }
+}
+
+// ReLU of a pooled window, stored: out, and idx the window position (4 where the ReLU zeroed it).
+template <int C>
+inline void relu_store(const float* __restrict best, float* __restrict arg, float* __restrict out,
+                       uint8_t* __restrict idx) {
+  for (int c = 0; c < C; ++c) {
+    const bool alive = !(best[c] <= 0.f);  // NaN stays alive, as in relu
+    out[c] = alive ? best[c] : 0.f;
+    arg[c] = alive ? arg[c] : 4.f;
+  }
+  for (int c = 0; c < C; ++c) idx[c] = static_cast<uint8_t>(arg[c]);
+}
+
 // relu(max_pool2d(conv2d(x, w, b, padding=1), 2)) for one input channel.
 // xp: [B, H + 2, W + 2] zero-padded input; wt: [9, C] (tap-major); b: [C].
 // out: [B, H/2, W/2, C]; idx: same shape, uint8.
@@ -64,21 +87,11 @@ void first_block_forward(const float* __restrict xp, const float* __restrict wt,
           if (k == 0) {
             for (int c = 0; c < C; ++c) { best[c] = acc[c]; arg[c] = 0.f; }
           } else {
-            const float kf = static_cast<float>(k);
-            for (int c = 0; c < C; ++c) {
-              const bool wins = acc[c] > best[c] || acc[c] != acc[c];  // strict: ties stay earlier; NaN wins
-              best[c] = wins ? acc[c] : best[c];
-              arg[c] = wins ? kf : arg[c];
-            }
+            pool_step<C>(best, arg, acc, static_cast<float>(k));
           }
         }
         const int64_t o = ((n * h + y) * v + u) * C;
-        for (int c = 0; c < C; ++c) {
-          const bool alive = !(best[c] <= 0.f);  // NaN stays alive, as in relu
-          out[o + c] = alive ? best[c] : 0.f;
-          arg[c] = alive ? arg[c] : 4.f;
-        }
-        for (int c = 0; c < C; ++c) idx[o + c] = static_cast<uint8_t>(arg[c]);
+        relu_store<C>(best, arg, out + o, idx + o);
       }
     }
   }
@@ -412,7 +425,7 @@ void gn_pool_relu_forward(const float* __restrict x, const float* __restrict gam
   const double D = static_cast<double>(Cg * H * Wd);
   for (int64_t n = 0; n < B; ++n) {
     const float* xn = x + n * H * Wd * C;
-    // sums of (x - k) and its square, k the first pixel: shifted near the mean, a one-pass variance
+    // sums of (x - shift) and its square, shift the first pixel: near the mean, a one-pass variance
     // keeps its digits (a plain sum of squares loses them where the mean is large against the spread)
     float shift[C];
     for (int c = 0; c < C; ++c) shift[c] = xn[c];
@@ -455,21 +468,12 @@ void gn_pool_relu_forward(const float* __restrict x, const float* __restrict gam
         for (int c = 0; c < C; ++c) { best[c] = p0[c] * a[c] + b[c]; arg[c] = 0.f; }
         for (int k = 1; k < 4; ++k) {
           const float* pk = xn + ((2 * y + (k >> 1)) * Wd + 2 * u + (k & 1)) * C;
-          const float kf = static_cast<float>(k);
-          for (int c = 0; c < C; ++c) {
-            const float z = pk[c] * a[c] + b[c];
-            const bool wins = z > best[c] || z != z;  // strict: ties stay earlier; NaN wins, as in max_pool2d
-            best[c] = wins ? z : best[c];
-            arg[c] = wins ? kf : arg[c];
-          }
+          float z[C];
+          for (int c = 0; c < C; ++c) z[c] = pk[c] * a[c] + b[c];
+          pool_step<C>(best, arg, z, static_cast<float>(k));
         }
         const int64_t o = ((n * h + y) * v + u) * C;
-        for (int c = 0; c < C; ++c) {
-          const bool alive = !(best[c] <= 0.f);  // NaN stays alive, as in relu
-          out[o + c] = alive ? best[c] : 0.f;
-          arg[c] = alive ? arg[c] : 4.f;
-        }
-        for (int c = 0; c < C; ++c) idx[o + c] = static_cast<uint8_t>(arg[c]);
+        relu_store<C>(best, arg, out + o, idx + o);
       }
   }
 }
