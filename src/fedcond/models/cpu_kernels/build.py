@@ -190,22 +190,23 @@ class Kernels:
 
     def __post_init__(self):
         lib = ctypes.CDLL(str(self.path))
-        P, I = ctypes.c_void_p, ctypes.c_int64  # noqa: E741
+        P, I, D, status = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int  # noqa: E741
+        # name: (argument types, return type); the int-returning kernels report a shape they refuse
         sig = {
-            "fedcond_first_block_fwd": [P] * 5 + [I] * 3,
-            "fedcond_first_block_bwd": [P] * 5 + [I] * 3,
-            "fedcond_pool_relu_fwd": [P] * 3 + [I] * 4,
-            "fedcond_pool_relu_bwd": [P] * 3 + [I] * 4,
-            "fedcond_conv_pool_fwd": [P] * 5 + [I] * 3,
-            "fedcond_conv_pool_bwd": [P] * 7 + [I] * 3,
-            "fedcond_winograd_fwd": [P] * 4 + [I] * 5,
-            "fedcond_winograd_bwd": [P] * 6 + [I] * 5,
-            "fedcond_gn_pool_relu_fwd": [P] * 7 + [I] * 5 + [ctypes.c_double],
-            "fedcond_gn_pool_relu_bwd": [P] * 9 + [I] * 5,
+            "fedcond_first_block_fwd": ([P] * 5 + [I] * 3, None),
+            "fedcond_first_block_bwd": ([P] * 5 + [I] * 3, None),
+            "fedcond_pool_relu_fwd": ([P] * 3 + [I] * 4, None),
+            "fedcond_pool_relu_bwd": ([P] * 3 + [I] * 4, None),
+            "fedcond_conv_pool_fwd": ([P] * 5 + [I] * 3, None),
+            "fedcond_conv_pool_bwd": ([P] * 7 + [I] * 3, None),
+            "fedcond_winograd_fwd": ([P] * 4 + [I] * 5, status),
+            "fedcond_winograd_bwd": ([P] * 6 + [I] * 5, status),
+            "fedcond_gn_pool_relu_fwd": ([P] * 7 + [I] * 5 + [D], status),
+            "fedcond_gn_pool_relu_bwd": ([P] * 9 + [I] * 5, status),
         }
-        for name, args in sig.items():
+        for name, (args, returns) in sig.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, (ctypes.c_int if "winograd" in name or "gn_" in name else None)
+            fn.argtypes, fn.restype = args, returns
         lib.fedcond_isa.restype = ctypes.c_char_p
         self._lib = lib
         self.isa = lib.fedcond_isa().decode()
