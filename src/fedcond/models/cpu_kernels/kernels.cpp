@@ -515,7 +515,7 @@ void gn_pool_relu_backward(const float* __restrict x, const float* __restrict ga
     }
     float A[C], C2[C], C3[C];
     for (int64_t gi = 0; gi < G; ++gi) {
-      const double m = mean[n * G + gi], rs = rstd[n * G + gi];
+      const double rs = rstd[n * G + gi];  // the mean enters through mc, the per-channel centres
       double dsg = 0., dbg = 0.;
       for (int64_t c = gi * Cg; c < (gi + 1) * Cg; ++c) { dsg += ds[c] * gamma[c]; dbg += db[c] * gamma[c]; }
       const double c2 = -dsg * rs * rs * rs / D, c3 = -dbg * rs / D;  // dx = A dy + c2 (x - m) + c3
