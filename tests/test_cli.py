@@ -209,8 +209,22 @@ def test_sweep_dry_run_marks_recorded_cells(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "Local,FedAvg",
                            "--db", str(db), "--dry-run")
     assert code == 0
-    assert "done  E1/mnist/K=2/rich  Local  seed 0  [smoke]" in out and "todo  E1/mnist/K=2/rich  FedAvg  seed 0  [smoke]" in out
-    assert out.strip().endswith("2 cells: 1 already in " + str(db) + ", 1 to run")
+    assert "done  E1/mnist/K=2/rich  Local  seed 0  [smoke]" in out and "todo  E1/mnist/K=2/rich  FedAvg  seed 0  [smoke]\n" in out
+    assert out.strip().endswith("2 cells: 1 already in " + str(db) + ", 1 to run")  # a failed row gives no time
+
+    from types import SimpleNamespace
+
+    con = results.connect(db)
+    done = SimpleNamespace(hyperparameters={}, accuracy=0.5, accuracy_std=0.0, weighted_accuracy=0.5, per_client=[],
+                           extra={}, rounds=1, seconds=1800.0)
+    results.save_run(con, family="E1", dataset="mnist", scenario={}, method="FedAvg", seed=0, protocol={}, result=done,
+                     experiment="E1/mnist/K=2/rich", protocol_name="smoke")
+    con.close()
+    code, out, _ = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "Local,FedAvg,Oracle",
+                           "--seeds", "1", "--db", str(db), "--dry-run")
+    assert code == 0 and "todo  E1/mnist/K=2/rich  FedAvg  seed 1  [smoke]  ~30 min" in out
+    assert out.strip().endswith("3 cells: 0 already in " + str(db) + ", 3 to run"
+                                " (~0.5 core-hours at the recorded times of like cells; 2 with no like cell recorded)")
 
 
 def test_one_registry_lists_the_earlier_study_too(capsys):

@@ -16,7 +16,7 @@ from fedcond import results
 from fedcond.errors import FedcondError
 from fedcond.experiments import EXPERIMENTS, PROTOCOLS, select
 from fedcond.protocol import PAPER
-from fedcond.sweep import plan, run_sweep
+from fedcond.sweep import Cell, estimate_seconds, plan, run_sweep
 from fedcond_testing import SHARED, rows_so_far, shared_file
 
 
@@ -80,6 +80,39 @@ def test_rows_name_the_commit_the_process_loaded_not_a_later_one(tmp_path, monke
     run_sweep(plan(select("E1/mnist/K=2/rich"), "Local", [0], "smoke"), str(db), str(SHARED), workers=1,
               progress=False, log=lambda s: None)
     assert sqlite3.connect(db).execute("SELECT git_rev FROM runs").fetchall() == [(loaded,)]
+
+def test_a_cell_to_run_is_estimated_from_the_recorded_cells_most_like_it(tmp_path):
+    from types import SimpleNamespace
+
+    con = results.connect(tmp_path / "r.sqlite")
+
+    def row(name, method, seconds, status="ok"):
+        e = EXPERIMENTS[name]
+        done = SimpleNamespace(hyperparameters={}, accuracy=0.5, accuracy_std=0.0, weighted_accuracy=0.5, per_client=[],
+                               extra={}, rounds=20, seconds=seconds)
+        results.save_run(con, family=e.family, dataset=e.dataset, scenario={"clients_per_cluster": e.clients_per_cluster},
+                         method=method, seed=0, protocol={}, result=done if status == "ok" else None, experiment=name,
+                         protocol_name="paper", status=status, error=None if status == "ok" else "diverged")
+
+    row("E1/mnist/K=2/rich", "Local", 100.0)
+    row("E3a/mnist/K=2/rich", "Local", 300.0)
+    row("E3a/mnist/K=2/rich", "FedAvg", 5000.0, status="failed")  # a failed row says nothing of the time
+    row("E1/mnist/K=2/super_sparse", "Gossip", 700.0)
+
+    def cell(name, method, seed=1):
+        return Cell(EXPERIMENTS[name], method, seed, "paper")
+
+    got = estimate_seconds([
+        cell("E1/mnist/K=2/rich", "Local"),  # the same cell, another seed
+        cell("E3b/mnist/K=2/rich", "Local", 0),  # the same dataset and sparsity: median of 100 and 300
+        cell("E1/mnist/K=2/super_sparse", "Local", 0),  # the same dataset only: median of 100 and 300
+        cell("E2a/mnist/K=2/super_sparse", "Gossip(independent_init=false)", 0),  # the method's base name
+        cell("E1/fmnist/K=2/rich", "Local", 0),  # nothing like it
+        cell("E1/mnist/K=2/rich", "FedAvg", 0),  # only a failed row
+    ], con)
+    con.close()
+    assert got == [100.0, 200.0, 200.0, 700.0, None, None]
+
 
 def test_divergence_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
     shared_file("mnist.npz.xz")

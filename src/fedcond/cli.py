@@ -286,18 +286,29 @@ def _experiments(args) -> int:
 
 
 def _sweep_dry_run(cells, db) -> int:
-    """Every cell the sweep would run, marked done where the database holds it; nothing runs."""
+    """Every cell the sweep would run, marked done where the database holds it, with the time a
+    cell to run is expected to take (sweep.estimate_seconds); nothing runs."""
     from . import results
+    from .sweep import estimate_seconds
 
     con = results.connect(db)
     try:
         done = results.finished_cells(con)
+        expected = estimate_seconds(cells, con)
     finally:
         con.close()
-    for c in cells:
-        print(f"{'done' if c.key in done else 'todo'}  {c.experiment.name}  {c.method}  seed {c.seed}  [{c.protocol_name}]")
-    todo = sum(c.key not in done for c in cells)
-    print(f"{len(cells)} cells: {len(cells) - todo} already in {db or results.default_db_path()}, {todo} to run")
+    for c, sec in zip(cells, expected):
+        state = "done" if c.key in done else "todo"
+        eta = f"  ~{sec / 60:.0f} min" if state == "todo" and sec is not None else ""
+        print(f"{state}  {c.experiment.name}  {c.method}  seed {c.seed}  [{c.protocol_name}]{eta}")
+    todo = [sec for c, sec in zip(cells, expected) if c.key not in done]
+    known = [sec for sec in todo if sec is not None]
+    summary = f"{len(cells)} cells: {len(cells) - len(todo)} already in {db or results.default_db_path()}, {len(todo)} to run"
+    if known:
+        unknown = len(todo) - len(known)
+        summary += (f" (~{sum(known) / 3600:.1f} core-hours at the recorded times of like cells"
+                    + (f"; {unknown} with no like cell recorded" if unknown else "") + ")")
+    print(summary)
     return 0
 
 
