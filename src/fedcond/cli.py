@@ -25,6 +25,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _seconds_or_off(text: str) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got '{text}'") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0 (0: off), got {text}")
+    return v or None
+
+
 def _float_in(low: float, high: float, low_open: bool = False):
     """An argparse type: a float in [low, high), or (low, high) when low_open."""
     def parse(text: str) -> float:
@@ -120,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--no-progress", action="store_true")
     sw.add_argument("--ray", metavar="ADDRESS", help="run cells as Ray tasks: local (start one here), auto, or ray://host:port")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and which are already in the database; run nothing")
+    sw.add_argument("--checkpoint-every", type=_seconds_or_off, default=300.0, metavar="SECONDS",
+                    help="save each run's progress this often beside the database (DB.checkpoints/), so a stopped sweep "
+                    "resumes its cells in flight where they were (default 300; 0: off)")
     _add_protocol_args(sw)
     sw.add_argument("--groups", help=GROUPS_HELP)
 
@@ -332,7 +345,8 @@ def _sweep(args) -> int:
     cells = plan(experiments, args.methods, seeds, args.protocol, changes)  # checks every option against every experiment
     if args.dry_run:
         return _sweep_dry_run(cells, args.db)
-    counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray)
+    counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray,
+                       checkpoint_every=args.checkpoint_every)
     print(json.dumps(counts))
     return 0
 

@@ -15,11 +15,13 @@ import queue
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 
 from .algorithms import make_algorithm
+from .checkpoint import EVERY_SECONDS, Checkpoint
 from .errors import FedcondError
 from .engine import SGDConfig, make_engine
 from .engine.pool import terminate_pool
@@ -110,10 +112,20 @@ def _init_worker(spec: ScenarioSpec, progress_queue) -> None:
     _worker["queue"] = progress_queue
 
 
-def _run_in_worker(method: str, protocol: Protocol, seed: int) -> MethodResult:
+def _run_in_worker(method: str, protocol: Protocol, seed: int, checkpoint: Checkpoint | None) -> MethodResult:
     q = _worker["queue"]
     spec = _worker["spec"]
-    return run_method(_worker["scenario"], method, protocol, seed, on_round=lambda r, s: q.put((method, r)), data_dir=spec.data_dir)
+    return run_method(_worker["scenario"], method, protocol, seed, on_round=lambda r, s: q.put((method, r)), data_dir=spec.data_dir,
+                      checkpoint=checkpoint)
+
+
+def checkpoint_for(directory, spec: ScenarioSpec, method: str, protocol: Protocol, seed: int,
+                   every_seconds: float = EVERY_SECONDS) -> Checkpoint | None:
+    """The checkpoint of one run in `directory` (None: no checkpoints), named by what makes the run."""
+    if directory is None:
+        return None
+    identity = {"scenario": spec.describe(), "method": method, "protocol": dataclasses.asdict(protocol), "seed": seed}
+    return Checkpoint(Path(directory), identity, every_seconds)
 
 
 def rounds_of(method: str, protocol: Protocol) -> int:
@@ -130,11 +142,16 @@ def run_methods(
     device: str = "cpu",
     failures: str = "raise",
     scenario: Scenario | None = None,
+    checkpoints: "str | Path | None" = None,
+    checkpoint_every: float = EVERY_SECONDS,
 ) -> Iterator[MethodResult | Failure]:
     """Yield each method's result as soon as it finishes (in completion order).
 
     failures="return" yields a `Failure` for a method that raised FedcondError and goes on.
     `scenario`: the spec's scenario if the caller has already built it (worker processes rebuild their own).
+    `checkpoints`: a directory where each run saves its progress every `checkpoint_every` seconds
+    and resumes from it (fedcond.checkpoint); a run's file is removed once the caller has taken its
+    result (the generator resumes after the yield, so after the caller recorded it).
 
     With at least as many methods as workers, methods run side by side, one per process; with
     fewer, they run one after another and their clients are spread over the workers instead.
@@ -145,13 +162,16 @@ def run_methods(
         engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers, device)
         try:
             for m in methods:
+                ckpt = checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every)
                 try:
                     yield run_method(scenario, m, protocol, seed, engine=engine, data_dir=spec.data_dir,
-                                     on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None)
+                                     on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None, checkpoint=ckpt)
                 except FedcondError as e:
                     if failures != "return":
                         raise
                     yield Failure(m, str(e))
+                if ckpt is not None:  # the caller has the result (or the failure): the progress is no longer needed
+                    ckpt.remove()
         except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: stop the workers now, not after their jobs
             getattr(engine, "terminate", engine.close)()
             raise
@@ -163,7 +183,8 @@ def run_methods(
     progress = manager.Queue()
     pool = ProcessPoolExecutor(min(workers, len(methods)), mp_context=ctx, initializer=_init_worker, initargs=(spec, progress))
     with pool:
-        futures = {pool.submit(_run_in_worker, m, protocol, seed): m for m in methods}
+        ckpts = {m: checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every) for m in methods}
+        futures = {pool.submit(_run_in_worker, m, protocol, seed, ckpts[m]): m for m in methods}
         pending = set(futures)
         try:
             while pending:
@@ -179,6 +200,8 @@ def run_methods(
                             raise
                         res = Failure(futures[f], str(e))
                     yield res
+                    if ckpts[futures[f]] is not None:
+                        ckpts[futures[f]].remove()
                 if not done:
                     try:
                         item = progress.get(timeout=0.2)

@@ -12,6 +12,7 @@ import torch
 
 from . import stats as S
 from .algorithms import Algorithm, Context, State, hyperparameters, make_algorithm
+from .checkpoint import Checkpoint
 from .engine import Engine, SGDConfig, make_engine, predict
 from .errors import FedcondError
 from .models import ModelSpec
@@ -134,10 +135,13 @@ def run_method(
     hyper: dict | None = None,
     engine: Engine | None = None,
     data_dir=None,
+    checkpoint: "Checkpoint | None" = None,
 ) -> MethodResult:
     """Train one method on one scenario for protocol.epochs passes; evaluate on local test sets.
 
     `engine` defaults to the in-process loop; pass a PoolEngine to spread clients over processes.
+    `checkpoint` (fedcond.checkpoint): resume from its saved rounds, and save progress there as
+    training goes; the caller removes it once the result is recorded.
     """
     start = time.perf_counter()
     if isinstance(method, str):
@@ -156,20 +160,28 @@ def run_method(
         train_raw, stats = client_statistics(scenario, protocol, data_dir, seed, ids=unseen.kept if unseen else None)
     ctx = make_context(scenario, alg, protocol, seed, engine, stats, data_dir)
     rounds = ctx.rounds  # federated: epochs / local_epochs rounds; pooled: one epoch per round
-    state = alg.init(ctx)
-    curve = []  # [round, mean accuracy over clients, over all test samples] every eval_every rounds and after the last
-    for r in range(rounds):
+    resumed = checkpoint.load() if checkpoint is not None else None
+    if resumed is not None:  # every random stream is named by (seed, round, client): the rest runs as if never stopped
+        first, state, curve, earlier = resumed.rounds_done, resumed.state, resumed.curve, resumed.seconds
+    else:
+        first, state, earlier = 0, alg.init(ctx), 0.0
+        curve = []  # [round, mean accuracy over clients, over all test samples] every eval_every rounds and after the last
+    for r in range(first, rounds):
         state = alg.round(ctx, state, r)
         if not np.isfinite(state.train_loss):
             raise FedcondError(f"{method} diverged in round {r + 1} (training loss {state.train_loss})")
         if protocol.eval_every and ((r + 1) % protocol.eval_every == 0 or r + 1 == rounds):
             pc, w = evaluate(_evaluation_context(alg, ctx, state), state, alg.conditioned)
             curve.append([r + 1, float(np.mean(pc)), float(w)])
+        if checkpoint is not None and r + 1 < rounds and checkpoint.due():
+            checkpoint.save(r + 1, state, curve, earlier + time.perf_counter() - start)
         if on_round is not None:
             on_round(r, state)
     eval_ctx = _evaluation_context(alg, ctx, state)
     per_client, weighted = evaluate(eval_ctx, state, alg.conditioned)
     extra = dict(state.extra.get("metrics", {}))
+    if resumed is not None:
+        extra["resumed_after_round"] = first  # rounds 1..first ran in an earlier process (seconds count both)
     extra["cluster_accuracy"] = cluster_accuracy(scenario, per_client)
     for name, index in state.extra.get("alternates", {}).items():  # another model the method keeps (FedDyn's theta)
         other = dataclasses.replace(state, assignment=(index,) * len(state.assignment))
@@ -194,7 +206,7 @@ def run_method(
         accuracy_std=float(np.std(per_client)),
         weighted_accuracy=weighted,
         per_client=per_client,
-        seconds=time.perf_counter() - start,
+        seconds=earlier + time.perf_counter() - start,
         train_loss=state.train_loss,
         rounds=rounds,
         hyperparameters=hyperparameters(alg),

@@ -12,12 +12,14 @@ import dataclasses
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from tqdm import tqdm
 
 from . import results
 from .algorithms import resolve_methods
+from .checkpoint import EVERY_SECONDS
 from .errors import FedcondError
 from .experiments import Experiment, protocol, scenario_options
 from .run import Failure, default_workers, rounds_of, run_methods
@@ -103,12 +105,20 @@ def _record(con, cell: Cell, spec, proto, res, counts: dict) -> str:
     return f"FAILED: {error}" if error else f"accuracy {res.accuracy:.4f}"
 
 
+def checkpoint_dir(db: str | None) -> Path:
+    """Where a sweep's runs keep their progress: beside the database (`paper.sqlite.checkpoints/`)."""
+    path = Path(db) if db else results.default_db_path()
+    return path.with_name(path.name + ".checkpoints")
+
+
 def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, workers: int | None = None,
               progress: bool = True, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-              ray_address: str | None = None) -> dict:
+              ray_address: str | None = None, checkpoint_every: float | None = EVERY_SECONDS) -> dict:
     """Run every cell not in `db`; returns counts {planned, skipped, ran, failed}.
 
     ray_address: spread cells over a Ray cluster ("local", "auto" or an address) instead of local processes.
+    checkpoint_every: seconds between a run's checkpoints (fedcond.checkpoint; None: none), so a
+    stopped sweep resumes its cells in flight from their last checkpoint, not from the start.
     """
     con = results.connect(db)
     done = results.finished_cells(con)
@@ -139,7 +149,9 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
             try:
                 by_method = {c.method: c for c in group}
                 for res in run_methods(spec, methods, proto, seed, workers or default_workers(),
-                                       on_round=lambda m, r: bar.update(1), failures="return"):
+                                       on_round=lambda m, r: bar.update(1), failures="return",
+                                       checkpoints=None if checkpoint_every is None else checkpoint_dir(db),
+                                       checkpoint_every=checkpoint_every or 0.0):
                     acc = _record(con, by_method[res.method], spec, proto, res, counts)
                     bar.write(f"  {name} {res.method} seed {seed} [{pname}]: {acc} (at {time.perf_counter() - start:.0f} s)", file=sys.stderr)
             except FedcondError as e:  # the scenario cannot be built (e.g. data missing): not recorded, so a rerun retries
