@@ -35,22 +35,38 @@ def stop_after(rounds: int):
 
 
 def same(a, b):
-    return (a.per_client == b.per_client and a.train_loss == b.train_loss
-            and json.dumps(a.extra.get("curve")) == json.dumps(b.extra.get("curve")))
+    """Equal results: accuracies, loss and every extra (curve, ARI, FedDyn's server model, newcomers)."""
+    extra = lambda r: json.dumps({k: v for k, v in r.extra.items() if k != "resumed_after_round"}, sort_keys=True)  # noqa: E731
+    return a.per_client == b.per_client and a.train_loss == b.train_loss and extra(a) == extra(b)
 
 
-@pytest.mark.parametrize("method", resolve_methods("registry") + ["FedAvg+jdfl-graded(M=2,e0=1)",
-                                                                   "SCAFFOLD+jdfl-random(M=2,e0=1)"])
-def test_a_run_resumed_from_its_checkpoint_is_the_uninterrupted_run(scenario, tmp_path, method):
-    whole = run_method(scenario, method, PROTOCOL, seed=0)
+@pytest.mark.parametrize("method,protocol", [(m, PROTOCOL) for m in resolve_methods("registry")] + [
+    ("FedAvg+jdfl-graded(M=2,e0=1)", PROTOCOL), ("SCAFFOLD+jdfl-random(M=2,e0=1)", PROTOCOL),
+    ("Conditional", PROTOCOL.replace(holdout_clients=1))])  # newcomers: statistics of the training clients only
+def test_a_run_resumed_from_its_checkpoint_is_the_uninterrupted_run(scenario, tmp_path, method, protocol):
+    whole = run_method(scenario, method, protocol, seed=0)
     ckpt = Checkpoint(tmp_path, {"method": method}, every_seconds=0)  # a checkpoint after every round
     with pytest.raises(Stop):
-        run_method(scenario, method, PROTOCOL, seed=0, checkpoint=ckpt, on_round=stop_after(2))
+        run_method(scenario, method, protocol, seed=0, checkpoint=ckpt, on_round=stop_after(2))
     assert ckpt.path.exists()
-    resumed = run_method(scenario, method, PROTOCOL, seed=0, checkpoint=Checkpoint(tmp_path, {"method": method}))
+    resumed = run_method(scenario, method, protocol, seed=0, checkpoint=Checkpoint(tmp_path, {"method": method}))
     assert resumed.extra["resumed_after_round"] == 2
     assert same(whole, resumed), (whole.per_client, resumed.per_client)
     assert resumed.seconds > 0
+
+
+def test_a_save_that_fails_warns_once_and_the_run_goes_on(scenario, tmp_path, monkeypatch):
+    def full_disk(obj, f):
+        open(f, "wb").write(b"half")
+        raise RuntimeError("No space left on device")
+
+    monkeypatch.setattr("fedcond.checkpoint.torch.save", full_disk)
+    ckpt = Checkpoint(tmp_path, {"run": "full"}, every_seconds=0)
+    with pytest.warns(UserWarning, match="cannot save a checkpoint") as caught:
+        res = run_method(scenario, "FedAvg", PROTOCOL, seed=0, checkpoint=ckpt)
+    assert len([w for w in caught if "checkpoint" in str(w.message)]) == 1
+    assert same(res, run_method(scenario, "FedAvg", PROTOCOL, seed=0))
+    assert os.listdir(tmp_path) == []  # the half-written temporary is gone
 
 
 def test_the_last_round_writes_no_checkpoint_and_a_fresh_run_ignores_none(scenario, tmp_path):
@@ -75,13 +91,26 @@ def test_a_checkpoint_of_other_code_or_another_run_is_not_used(scenario, tmp_pat
     assert "resumed_after_round" not in res.extra
 
 
-def test_a_torn_file_is_no_progress_and_a_save_leaves_no_temporary(scenario, tmp_path):
+def test_a_torn_file_is_no_progress_and_temporaries_of_a_killed_save_are_removed(scenario, tmp_path):
     ckpt = Checkpoint(tmp_path, {"x": 1}, every_seconds=0)
     ckpt.path.write_bytes(b"not a checkpoint")
     assert ckpt.load() is None
+    killed = tmp_path / f"{ckpt.path.name}.12345.tmp"  # what a save killed mid-write leaves
+    killed.write_bytes(b"half")
     ckpt.save(1, {"anything": torch.zeros(2)}, [[1, 0.5, 0.5]], 3.0)
     assert ckpt.load().rounds_done == 1 and ckpt.load().seconds == 3.0
     assert os.listdir(tmp_path) == [ckpt.path.name]
+    killed.write_bytes(b"half")
+    ckpt.remove()
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_environment_is_part_of_the_key(scenario, tmp_path, monkeypatch):
+    ckpt = Checkpoint(tmp_path, {"x": 2}, every_seconds=0)
+    ckpt.save(1, {}, [], 1.0)
+    assert ckpt.load() is not None
+    monkeypatch.setattr("fedcond.checkpoint.environment", lambda: {"versions": {"torch": "another"}})
+    assert ckpt.load() is None
 
 
 def test_the_fingerprint_covers_the_source_and_is_stable():

@@ -226,3 +226,22 @@ def test_a_cell_killed_mid_run_resumes_from_its_checkpoint_and_matches_an_uninte
     assert json.loads(resumed[4])["resumed_after_round"] >= saved  # it may have saved once more before the kill
     assert "resumed_after_round" not in json.loads(whole[4])
     assert list(ckpts.glob("*")) == [] and not (tmp_path / "ref.sqlite.checkpoints").exists()
+
+
+def test_a_recorded_cells_leftover_checkpoint_is_removed_and_zero_means_off(tmp_path):
+    from fedcond.run import checkpoint_for
+    from fedcond.sweep import checkpoint_dir
+
+    shared_file("mnist.npz.xz")
+    db = tmp_path / "l.sqlite"
+    cells = plan(select("E1/mnist/K=2/rich"), "FedAvg", [0], "smoke")
+    assert run_sweep(cells, str(db), str(SHARED), workers=1, progress=False, log=lambda s: None,
+                     checkpoint_every=0)["ran"] == 1
+    assert not checkpoint_dir(str(db)).exists()  # 0: no checkpoints at all
+    c = cells[0]
+    proto, fraction = PROTOCOLS["smoke"]
+    left = checkpoint_for(checkpoint_dir(str(db)), c.experiment.spec(0, str(SHARED), fraction), "FedAvg", proto, 0)
+    left.save(1, {}, [], 1.0)  # as if killed between writing the row and removing the file
+    assert left.path.exists()
+    again = run_sweep(cells, str(db), str(SHARED), workers=1, progress=False, log=lambda s: None)
+    assert again["skipped"] == 1 and not left.path.exists()

@@ -8,8 +8,10 @@ round. Every random stream in training is named by (seed, round, client), so the
 the uninterrupted one, bit for bit on CPU (tests/test_checkpoint.py checks every algorithm).
 
 A checkpoint is used only by the same run of the same code: its file is named by the scenario,
-method, protocol and seed, and it holds a fingerprint of fedcond's source; a file from other code
-is ignored and overwritten. The caller removes it once the result is safely recorded.
+method, protocol and seed, and it holds a fingerprint of fedcond's source, the library versions
+and which compiled kernels run; a file from other code or another environment is ignored and
+overwritten. The caller removes it once the result is safely recorded. Files are unpickled
+(State holds arbitrary objects): keep the directory your own, as the database.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +46,18 @@ def source_fingerprint() -> str:
     return _LOADED
 
 
+def environment() -> dict:
+    """The libraries and the layers' implementation on this machine: a run resumed under others would
+    mix two computations (the compiled kernels' self-check decides per CPU which run)."""
+    from . import results
+    from .models import cpu_kernels
+
+    status = cpu_kernels.status()
+    return {"versions": {k: v for k, v in results.versions().items() if k != "fedcond"},
+            "torch_isa": torch.backends.cpu.get_cpu_capability(), "kernels_isa": status.get("isa"),
+            "kernels_on": sorted(name for name, on in status["enabled"].items() if on)}
+
+
 @dataclass
 class Resumed:
     rounds_done: int
@@ -59,6 +74,7 @@ class Checkpoint:
     identity: dict
     every_seconds: float = EVERY_SECONDS
     _last: float = field(default_factory=time.perf_counter, repr=False)
+    _failed: bool = field(default=False, repr=False)
 
     @property
     def path(self) -> Path:
@@ -66,7 +82,10 @@ class Checkpoint:
         return Path(self.directory) / f"{digest}.pt"
 
     def key(self) -> dict:
-        return {"identity": json.loads(json.dumps(self.identity, sort_keys=True, default=str)), "source": source_fingerprint()}
+        """What must match for a file to be resumed: the run, the code, the libraries and what runs the
+        layers (compiled kernels kept on this CPU, torch's ISA), which decide the float rounding."""
+        return {"identity": json.loads(json.dumps(self.identity, sort_keys=True, default=str)), "source": source_fingerprint(),
+                "environment": environment()}
 
     def load(self) -> Resumed | None:
         """The saved progress of this run by this code, or None (no file, another code's, unreadable)."""
@@ -85,12 +104,27 @@ class Checkpoint:
         return time.perf_counter() - self._last >= self.every_seconds
 
     def save(self, rounds_done: int, state, curve: list, seconds: float) -> None:
-        """Write atomically (a temporary file, then a rename): a kill mid-write leaves the last one."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Write atomically (a temporary file, then a rename): a kill mid-write leaves the last one.
+        A save that fails (disk full, no permission) is warned about once and checkpoints stop for
+        this run: training goes on, as without checkpoints."""
+        if self._failed:
+            return
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        torch.save({"key": self.key(), "rounds_done": rounds_done, "state": state, "curve": curve, "seconds": seconds}, tmp)
-        os.replace(tmp, self.path)
+        try:
+            self._remove_temporaries()  # a save killed mid-write leaves one behind
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"key": self.key(), "rounds_done": rounds_done, "state": state, "curve": curve, "seconds": seconds}, tmp)
+            os.replace(tmp, self.path)
+        except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError
+            self._failed = True
+            tmp.unlink(missing_ok=True)
+            warnings.warn(f"fedcond: cannot save a checkpoint in {self.directory} ({e}); this run goes on without", stacklevel=2)
         self._last = time.perf_counter()
+
+    def _remove_temporaries(self) -> None:
+        for stale in Path(self.directory).glob(f"{self.path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+        self._remove_temporaries()

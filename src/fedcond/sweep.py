@@ -22,7 +22,7 @@ from .algorithms import resolve_methods
 from .checkpoint import EVERY_SECONDS
 from .errors import FedcondError
 from .experiments import Experiment, protocol, scenario_options
-from .run import Failure, default_workers, rounds_of, run_methods
+from .run import Failure, checkpoint_for, default_workers, rounds_of, run_methods
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,9 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
     done = results.finished_cells(con)
     todo = [c for c in cells if c.key not in done]
     counts = {"planned": len(cells), "skipped": len(cells) - len(todo), "ran": 0, "failed": 0}
+    if checkpoint_every is not None and checkpoint_every <= 0:
+        checkpoint_every = None
+    _remove_finished_checkpoints([c for c in cells if c.key in done], db, data_dir)
     log(f"sweep: {len(cells)} cells, {counts['skipped']} already in {db or results.default_db_path()}, {len(todo)} to run")
     diagnostics = [c for c in todo if c.experiment.kind == "discovery"]
     study = [c for c in todo if c.experiment.kind == "study"]
@@ -151,7 +154,7 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
                 for res in run_methods(spec, methods, proto, seed, workers or default_workers(),
                                        on_round=lambda m, r: bar.update(1), failures="return",
                                        checkpoints=None if checkpoint_every is None else checkpoint_dir(db),
-                                       checkpoint_every=checkpoint_every or 0.0):
+                                       checkpoint_every=checkpoint_every or EVERY_SECONDS):
                     acc = _record(con, by_method[res.method], spec, proto, res, counts)
                     bar.write(f"  {name} {res.method} seed {seed} [{pname}]: {acc} (at {time.perf_counter() - start:.0f} s)", file=sys.stderr)
             except FedcondError as e:  # the scenario cannot be built (e.g. data missing): not recorded, so a rerun retries
@@ -161,6 +164,19 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
         bar.close()
         con.close()
     return counts
+
+
+def _remove_finished_checkpoints(cells: list[Cell], db: str | None, data_dir) -> None:
+    """A recorded cell's checkpoint is left over (a kill between the row and its removal): delete it."""
+    directory = checkpoint_dir(db)
+    if not directory.is_dir():
+        return
+    for c in cells:
+        if c.experiment.kind != "train":
+            continue
+        proto, fraction = protocol(c.protocol_name)
+        spec = c.experiment.spec(c.seed, data_dir, fraction, **scenario_options(c.protocol_name))
+        checkpoint_for(directory, spec, c.method, proto, c.seed).remove()
 
 
 def _run_discovery(con, cells: list[Cell], data_dir, workers: int, counts: dict, log) -> None:
