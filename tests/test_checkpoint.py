@@ -14,7 +14,7 @@ from fedcond.protocol import PAPER
 from fedcond.scenarios import make_scenario
 from fedcond.simulate import run_method
 
-PROTOCOL = PAPER.replace(epochs=3, eval_every=1)
+PROTOCOL = PAPER.replace(epochs=3, eval_every=1, batch_size=256)  # few steps: the resume, not the training, is tested
 
 
 class Stop(Exception):
