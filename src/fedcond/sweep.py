@@ -36,6 +36,11 @@ class Cell:
     def key(self) -> tuple[str, str, int, str]:
         return (self.experiment.name, self.method, self.seed, self.protocol_name)
 
+    def setup(self, data_dir):
+        """(scenario spec, protocol) this cell runs with: its preset's, and the options its name carries."""
+        proto, fraction = protocol(self.protocol_name)
+        return self.experiment.spec(self.seed, data_dir, fraction, **scenario_options(self.protocol_name)), proto
+
 
 def plan(experiments: list[Experiment], methods: str | None, seeds: list[int], protocol_name: str | None,
          changes: dict | None = None) -> list[Cell]:
@@ -144,9 +149,7 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
     bar = tqdm(total=total, unit="round", desc="sweep", disable=not progress, file=sys.stderr)
     try:
         for (name, seed, pname), group in by_scenario.items():
-            exp = group[0].experiment
-            proto, fraction = protocol(pname)
-            spec = exp.spec(seed, data_dir, fraction, **scenario_options(pname))
+            spec, proto = group[0].setup(data_dir)
             methods = [c.method for c in group]
             start = time.perf_counter()
             try:
@@ -174,8 +177,7 @@ def _remove_finished_checkpoints(cells: list[Cell], db: str | None, data_dir) ->
     for c in cells:
         if c.experiment.kind != "train":
             continue
-        proto, fraction = protocol(c.protocol_name)
-        spec = c.experiment.spec(c.seed, data_dir, fraction, **scenario_options(c.protocol_name))
+        spec, proto = c.setup(data_dir)
         checkpoint_for(directory, spec, c.method, proto, c.seed).remove()
 
 
@@ -186,8 +188,7 @@ def _run_discovery(con, cells: list[Cell], data_dir, workers: int, counts: dict,
     for c in cells:
         groups.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
     for (name, seed, pname), group in groups.items():
-        proto, fraction = protocol(pname)
-        spec = group[0].experiment.spec(seed, data_dir, fraction, **scenario_options(pname))
+        spec, proto = group[0].setup(data_dir)
         by_method = {c.method: c for c in group}
         try:
             scenario = spec.build()
@@ -205,8 +206,7 @@ def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, l
 
     tasks, meta = [], []
     for c in todo:
-        proto, fraction = protocol(c.protocol_name)
-        spec = c.experiment.spec(c.seed, data_dir, fraction, **scenario_options(c.protocol_name))
+        spec, proto = c.setup(data_dir)
         tasks.append((spec, c.method, proto, c.seed))
         meta.append((c, spec, proto))
     try:
