@@ -3,6 +3,7 @@ every algorithm; a checkpoint of other code or another run is not used; writes a
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -85,8 +86,10 @@ def test_a_checkpoint_of_other_code_or_another_run_is_not_used(scenario, tmp_pat
         run_method(scenario, "FedAvg", PROTOCOL, seed=0, checkpoint=ckpt, on_round=stop_after(1))
     assert Checkpoint(tmp_path, {"method": "FedAvg", "seed": 1}).load() is None  # another run: another file
     assert Checkpoint(tmp_path, {"method": "FedAvg", "seed": 0}).load().rounds_done == 1
+    assert Checkpoint(tmp_path, {"method": "FedAvg", "seed": 1}).progress() is None
     monkeypatch.setattr("fedcond.checkpoint.source_fingerprint", lambda: "other code")
     assert Checkpoint(tmp_path, {"method": "FedAvg", "seed": 0}).load() is None
+    assert Checkpoint(tmp_path, {"method": "FedAvg", "seed": 0}).progress() is None
     res = run_method(scenario, "FedAvg", PROTOCOL, seed=0, checkpoint=Checkpoint(tmp_path, {"method": "FedAvg", "seed": 0}))
     assert "resumed_after_round" not in res.extra
 
@@ -99,6 +102,7 @@ def test_a_torn_file_is_no_progress_and_temporaries_of_a_killed_save_are_removed
     killed.write_bytes(b"half")
     ckpt.save(1, {"anything": torch.zeros(2)}, [[1, 0.5, 0.5]], 3.0)
     assert ckpt.load().rounds_done == 1 and ckpt.load().seconds == 3.0
+    assert ckpt.progress() == (1, 3.0)
     assert os.listdir(tmp_path) == [ckpt.path.name]
     killed.write_bytes(b"half")
     ckpt.remove()
@@ -110,8 +114,20 @@ def test_the_environment_is_part_of_the_key(scenario, tmp_path, monkeypatch):
     ckpt.save(1, {}, [], 1.0)
     assert ckpt.load() is not None
     monkeypatch.setattr("fedcond.checkpoint.environment", lambda: {"versions": {"torch": "another"}})
-    assert ckpt.load() is None
+    assert Checkpoint(tmp_path, {"x": 2}).load() is None  # another process, under other libraries
 
 
-def test_the_fingerprint_covers_the_source_and_is_stable():
+def test_the_fingerprint_covers_the_source_and_is_stable(tmp_path, monkeypatch):
+    import shutil
+
+    import fedcond.checkpoint as checkpoint
+
     assert source_fingerprint() == source_fingerprint() and len(source_fingerprint()) == 16
+    copy = tmp_path / "fedcond"  # a copy of the package: training code edited, report code edited
+    shutil.copytree(Path(checkpoint.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    monkeypatch.setattr(checkpoint, "__file__", str(copy / "checkpoint.py"))
+    before = checkpoint._hash_source()
+    (copy / "report" / "tables.py").write_text((copy / "report" / "tables.py").read_text() + "\n# a report edit\n")
+    assert checkpoint._hash_source() == before  # the report only reads finished rows
+    (copy / "algorithms" / "fedavg.py").write_text((copy / "algorithms" / "fedavg.py").read_text() + "\n# an edit\n")
+    assert checkpoint._hash_source() != before

@@ -227,6 +227,32 @@ def test_sweep_dry_run_marks_recorded_cells(capsys, tmp_path):
                                 " (~0.5 core-hours at the recorded times of like cells; 2 with no like cell recorded)")
 
 
+def test_sweep_dry_run_counts_only_the_rounds_a_checkpoint_leaves(capsys, tmp_path):
+    from types import SimpleNamespace
+
+    from fedcond import results
+    from fedcond.experiments import EXPERIMENTS
+    from fedcond.sweep import Cell, checkpoint_dir
+    from fedcond.run import checkpoint_for
+
+    db = tmp_path / "r.sqlite"
+    pname = "smoke[epochs=4]"
+    con = results.connect(db)
+    done = SimpleNamespace(hyperparameters={}, accuracy=0.5, accuracy_std=0.0, weighted_accuracy=0.5, per_client=[],
+                           extra={}, rounds=4, seconds=1800.0)
+    results.save_run(con, family="E1", dataset="mnist", scenario={}, method="FedAvg", seed=0, protocol={}, result=done,
+                     experiment="E1/mnist/K=2/rich", protocol_name=pname)
+    con.close()
+    spec, proto = Cell(EXPERIMENTS["E1/mnist/K=2/rich"], "FedAvg", 1, pname).setup(None)
+    checkpoint_for(checkpoint_dir(str(db)), spec, "FedAvg", proto, 1).save(3, {}, [], 1350.0)  # 3 of 4 rounds done
+    code, out, _ = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--epochs", "4", "--methods", "FedAvg",
+                           "--seeds", "1,2", "--db", str(db), "--dry-run")
+    assert code == 0
+    assert f"todo  E1/mnist/K=2/rich  FedAvg  seed 1  [{pname}]  resumes after round 3 of 4  ~8 min" in out
+    assert f"todo  E1/mnist/K=2/rich  FedAvg  seed 2  [{pname}]  ~30 min" in out
+    assert "(~0.6 core-hours" in out  # 7.5 + 30 minutes
+
+
 def test_one_registry_lists_the_earlier_study_too(capsys):
     code, out, _ = run_cli(capsys, "experiments", "list", "MCDC/*")
     assert code == 0 and "MCDC/linreg/3clusters" in out

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -214,6 +215,8 @@ def test_a_cell_killed_mid_run_resumes_from_its_checkpoint_and_matches_an_uninte
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert saved is not None and 3 <= saved < 6 and _rows(db) == []
+    plan = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert re.search(r"todo  E1/mnist/K=2/rich  FedAvg  seed 0  \[smoke\[epochs=6\]\]  resumes after round [3-5] of 6", plan.stdout), plan
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     ref = tmp_path / "ref.sqlite"

@@ -32,7 +32,9 @@ EVERY_SECONDS = 300.0  # default: a checkpoint costs well under a second, so at 
 def _hash_source() -> str:
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".cpp") and p.is_file()):
+    # report/ only reads finished rows (nothing in training imports it): editing it keeps checkpoints
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".cpp") and p.is_file()
+                       and p.relative_to(root).parts[0] != "report"):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
@@ -42,7 +44,8 @@ _LOADED = _hash_source()  # read at import, as results.git_revision pins the com
 
 
 def source_fingerprint() -> str:
-    """sha256 of fedcond's own source files (Python and C++) as they were when this process loaded them."""
+    """sha256 of fedcond's own source files (Python and C++, the report package aside) as they were
+    when this process loaded them."""
     return _LOADED
 
 
@@ -75,6 +78,7 @@ class Checkpoint:
     every_seconds: float = EVERY_SECONDS
     _last: float = field(default_factory=time.perf_counter, repr=False)
     _failed: bool = field(default=False, repr=False)
+    _key: dict | None = field(default=None, repr=False)
 
     @property
     def path(self) -> Path:
@@ -83,22 +87,35 @@ class Checkpoint:
 
     def key(self) -> dict:
         """What must match for a file to be resumed: the run, the code, the libraries and what runs the
-        layers (compiled kernels kept on this CPU, torch's ISA), which decide the float rounding."""
-        return {"identity": json.loads(json.dumps(self.identity, sort_keys=True, default=str)), "source": source_fingerprint(),
-                "environment": environment()}
+        layers (compiled kernels kept on this CPU, torch's ISA), which decide the float rounding.
+        Computed once per Checkpoint (a run's saves and loads all happen in one process)."""
+        if self._key is None:
+            self._key = {"identity": json.loads(json.dumps(self.identity, sort_keys=True, default=str)),
+                         "source": source_fingerprint(), "environment": environment()}
+        return self._key
 
-    def load(self) -> Resumed | None:
-        """The saved progress of this run by this code, or None (no file, another code's, unreadable)."""
-        try:
-            data = torch.load(self.path, map_location="cpu", weights_only=False)  # our own file: State is pickled
+    def _read(self, mmap: bool = False) -> dict | None:
+        try:  # our own file: State is pickled; mmap leaves the tensors on disk until touched
+            data = torch.load(self.path, map_location="cpu", weights_only=False, mmap=mmap)
         except FileNotFoundError:
             return None
         except Exception:  # noqa: BLE001 - a torn or foreign file is no progress; it will be overwritten
             return None
-        if not isinstance(data, dict) or data.get("key") != self.key():
+        return data if isinstance(data, dict) and data.get("key") == self.key() else None
+
+    def load(self) -> Resumed | None:
+        """The saved progress of this run by this code, or None (no file, another code's, unreadable)."""
+        data = self._read()
+        if data is None:
             return None
         self._last = time.perf_counter()
         return Resumed(data["rounds_done"], data["state"], data["curve"], data["seconds"])
+
+    def progress(self) -> tuple[int, float] | None:
+        """(rounds done, seconds spent) that a rerun would resume from, or None; cheap (the tensors
+        are mapped, not read), for planning: `sweep --dry-run` and the progress bar."""
+        data = self._read(mmap=True)
+        return None if data is None else (int(data["rounds_done"]), float(data["seconds"]))
 
     def due(self) -> bool:
         return time.perf_counter() - self._last >= self.every_seconds

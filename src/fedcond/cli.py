@@ -298,11 +298,14 @@ def _experiments(args) -> int:
     return 0
 
 
-def _sweep_dry_run(cells, db) -> int:
+def _sweep_dry_run(cells, db, data_dir=None) -> int:
     """Every cell the sweep would run, marked done where the database holds it, with the time a
-    cell to run is expected to take (sweep.estimate_seconds); nothing runs."""
+    cell to run is expected to take (sweep.estimate_seconds; for a cell a checkpoint resumes, the
+    share of its rounds left); nothing runs."""
     from . import results
-    from .sweep import estimate_seconds
+    from .experiments import protocol
+    from .run import rounds_of
+    from .sweep import estimate_seconds, resumable
 
     con = results.connect(db)
     try:
@@ -310,10 +313,16 @@ def _sweep_dry_run(cells, db) -> int:
         expected = estimate_seconds(cells, con)
     finally:
         con.close()
-    for c, sec in zip(cells, expected):
-        state = "done" if c.key in done else "todo"
+    resumes = resumable([c for c in cells if c.key not in done], db, data_dir)
+    for k, c in enumerate(cells):
+        state, sec, note = "done" if c.key in done else "todo", expected[k], ""
+        if c.key in resumes:
+            rounds_done, total = resumes[c.key][0], rounds_of(c.method, protocol(c.protocol_name)[0])
+            note = f"  resumes after round {rounds_done} of {total}"
+            if sec is not None:
+                sec = expected[k] = sec * (total - rounds_done) / total
         eta = f"  ~{sec / 60:.0f} min" if state == "todo" and sec is not None else ""
-        print(f"{state}  {c.experiment.name}  {c.method}  seed {c.seed}  [{c.protocol_name}]{eta}")
+        print(f"{state}  {c.experiment.name}  {c.method}  seed {c.seed}  [{c.protocol_name}]{note}{eta}")
     todo = [sec for c, sec in zip(cells, expected) if c.key not in done]
     known = [sec for sec in todo if sec is not None]
     summary = f"{len(cells)} cells: {len(cells) - len(todo)} already in {db or results.default_db_path()}, {len(todo)} to run"
@@ -344,7 +353,7 @@ def _sweep(args) -> int:
         raise FedcondError("--groups applies to E1 and E2a experiments only (not CIFAR-100's fixed superclasses)")
     cells = plan(experiments, args.methods, seeds, args.protocol, changes)  # checks every option against every experiment
     if args.dry_run:
-        return _sweep_dry_run(cells, args.db)
+        return _sweep_dry_run(cells, args.db, args.data_dir)
     counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray,
                        checkpoint_every=args.checkpoint_every)
     print(json.dumps(counts))

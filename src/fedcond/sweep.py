@@ -145,7 +145,8 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
     by_scenario: dict[tuple, list[Cell]] = {}
     for c in todo:  # one scenario build serves all methods of an (experiment, seed, protocol)
         by_scenario.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
-    total = sum(rounds_of(c.method, protocol(c.protocol_name)[0]) for c in todo)
+    resumes = resumable(todo, db, data_dir) if checkpoint_every is not None else {}
+    total = sum(rounds_of(c.method, protocol(c.protocol_name)[0]) - resumes.get(c.key, (0, 0.0))[0] for c in todo)
     bar = tqdm(total=total, unit="round", desc="sweep", disable=not progress, file=sys.stderr)
     try:
         for (name, seed, pname), group in by_scenario.items():
@@ -169,16 +170,32 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
     return counts
 
 
-def _remove_finished_checkpoints(cells: list[Cell], db: str | None, data_dir) -> None:
-    """A recorded cell's checkpoint is left over (a kill between the row and its removal): delete it."""
+def _checkpoints(cells: list[Cell], db: str | None, data_dir):
+    """(cell, its checkpoint) for each training cell, where the database has a checkpoint directory."""
     directory = checkpoint_dir(db)
     if not directory.is_dir():
         return
     for c in cells:
-        if c.experiment.kind != "train":
-            continue
-        spec, proto = c.setup(data_dir)
-        checkpoint_for(directory, spec, c.method, proto, c.seed).remove()
+        if c.experiment.kind == "train":
+            spec, proto = c.setup(data_dir)
+            yield c, checkpoint_for(directory, spec, c.method, proto, c.seed)
+
+
+def _remove_finished_checkpoints(cells: list[Cell], db: str | None, data_dir) -> None:
+    """A recorded cell's checkpoint is left over (a kill between the row and its removal): delete it."""
+    for _, ckpt in _checkpoints(cells, db, data_dir):
+        ckpt.remove()
+
+
+def resumable(cells: list[Cell], db: str | None, data_dir=None) -> dict[tuple, tuple[int, float]]:
+    """Cell key -> (rounds done, seconds spent) for each cell a sweep on `db` would resume from its
+    checkpoint (this code, this environment)."""
+    found = {}
+    for c, ckpt in _checkpoints(cells, db, data_dir):
+        progress = ckpt.progress()
+        if progress is not None:
+            found[c.key] = progress
+    return found
 
 
 def _run_discovery(con, cells: list[Cell], data_dir, workers: int, counts: dict, log) -> None:
