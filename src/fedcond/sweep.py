@@ -75,24 +75,23 @@ def estimate_seconds(cells: list[Cell], con) -> list[float | None]:
     import json
     import statistics
 
-    def base(method: str) -> str:
-        return method.split("(", 1)[0]
+    def keys(exp, dataset, per_cluster, clients, method, pname) -> tuple:  # most alike first
+        base = method.split("(", 1)[0]
+        return ((exp, method, pname), (dataset, per_cluster, clients, method, pname), (dataset, method, pname),
+                (dataset, base, pname))
 
     levels: list[dict[tuple, list[float]]] = [{}, {}, {}, {}]
     rows = con.execute("SELECT experiment, dataset, scenario, method, protocol_name, seconds FROM runs"
                        " WHERE status = 'ok' AND seconds IS NOT NULL AND experiment IS NOT NULL").fetchall()
     for exp, dataset, scenario, method, pname, sec in rows:
         sc = json.loads(scenario or "{}")
-        for level, key in zip(levels, ((exp, method, pname),
-                                       (dataset, sc.get("clients_per_cluster"), sc.get("clients"), method, pname),
-                                       (dataset, method, pname), (dataset, base(method), pname))):
+        for level, key in zip(levels, keys(exp, dataset, sc.get("clients_per_cluster"), sc.get("clients"), method, pname)):
             level.setdefault(key, []).append(sec)
     out = []
     for c in cells:
         e = c.experiment
-        keys = ((e.name, c.method, c.protocol_name), (e.dataset, e.clients_per_cluster, e.clients, c.method, c.protocol_name),
-                (e.dataset, c.method, c.protocol_name), (e.dataset, base(c.method), c.protocol_name))
-        found = next((level[k] for level, k in zip(levels, keys) if k in level), None)
+        like = keys(e.name, e.dataset, e.clients_per_cluster, e.clients, c.method, c.protocol_name)
+        found = next((level[k] for level, k in zip(levels, like) if k in level), None)
         out.append(statistics.median(found) if found else None)
     return out
 
