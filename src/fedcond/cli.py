@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        from .engine import denormals
+
+        denormals.apply()  # checks FEDCOND_DENORMALS before anything runs; sets this thread's mode
         if args.command == "run":
             from .commands.run import run_command
 

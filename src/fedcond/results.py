@@ -112,8 +112,11 @@ def versions() -> dict:
     from . import __version__
     from .models.cpu_kernels.build import cpu_model, vector_isa
 
+    from .engine import denormals
+
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__, "fedcond": __version__,
-            "cpu": f"{cpu_model()} ({vector_isa()}; torch uses {torch.backends.cpu.get_cpu_capability().lower()})"}
+            "cpu": f"{cpu_model()} ({vector_isa()}; torch uses {torch.backends.cpu.get_cpu_capability().lower()})",
+            "denormals": denormals.wanted()}
     # wall times differ by CPU, even between machines of one kind, and by the ISA torch was allowed
 
 

@@ -12,6 +12,7 @@ import sys
 def facts(recheck: bool = False) -> dict:
     import torch
 
+    from ..engine import denormals
     from ..models import cpu_kernels
     from ..models.cpu_kernels import build, selfcheck
 
@@ -39,6 +40,7 @@ def facts(recheck: bool = False) -> dict:
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": threads_before,
         "cuda": torch.cuda.is_available(),
+        "denormals": denormals.apply(),
         "kernels": {
             "mode": status.get("mode"),
             "variant": status.get("variant"),
@@ -66,6 +68,7 @@ def doctor_command(args) -> int:
     print(f"torch            {info['torch']} (CPU capability {info['torch_cpu_capability']}; "
           f"{info['torch_threads']} threads by default; CUDA {'available' if info['cuda'] else 'not available'})")
     print(f"python           {info['python']}")
+    print(f"subnormal floats {info['denormals']} while training (FEDCOND_DENORMALS=keep keeps them; engine/denormals.py)")
     if k["not_built"]:
         print(f"CPU kernels      not in use: {k['not_built']}; every layer is torch's own")
         return 0

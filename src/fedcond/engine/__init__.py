@@ -8,12 +8,18 @@ Backends share one interface, `train(model_spec, jobs) -> results` (in job order
 
 from typing import Union
 
+from . import denormals
 from .local_sgd import (Job, JobResult, LoopEngine, Params, Regulariser, SGDConfig, batch_order, channels_last,
                         clone_params, mean_loss, mix, predict, train_job, weighted_average)
 from .pool import PoolEngine
 from .vmap import VmapEngine
 
 Engine = Union[LoopEngine, PoolEngine, VmapEngine]
+
+try:  # this thread flushes subnormals from the start, so what runs before the first job computes alike
+    denormals.apply()
+except Exception:  # noqa: BLE001 - a bad FEDCOND_DENORMALS is reported, one line, where it is used
+    pass
 
 
 def check_device(device: str) -> str:
