@@ -251,6 +251,9 @@ def test_sweep_dry_run_counts_only_the_rounds_a_checkpoint_leaves(capsys, tmp_pa
     assert f"todo  E1/mnist/K=2/rich  FedAvg  seed 1  [{pname}]  resumes after round 3 of 4  ~8 min" in out
     assert f"todo  E1/mnist/K=2/rich  FedAvg  seed 2  [{pname}]  ~30 min" in out
     assert "(~0.6 core-hours" in out  # 7.5 + 30 minutes
+    code, out, _ = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--epochs", "4", "--methods", "FedAvg",
+                           "--seeds", "1", "--db", str(db), "--dry-run", "--checkpoint-every", "0")
+    assert code == 0 and "resumes" not in out and "~30 min" in out  # without checkpoints every cell starts afresh
 
 
 def test_one_registry_lists_the_earlier_study_too(capsys):

@@ -101,7 +101,13 @@ class Checkpoint:
             return None
         except Exception:  # noqa: BLE001 - a torn or foreign file is no progress; it will be overwritten
             return None
-        return data if isinstance(data, dict) and data.get("key") == self.key() else None
+        if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
+            return None
+        saved = data["key"]  # the run and the code first: the environment may build and time the kernels
+        if saved.get("source") != source_fingerprint() or saved.get("identity") != json.loads(
+                json.dumps(self.identity, sort_keys=True, default=str)):
+            return None
+        return data if saved == self.key() else None
 
     def load(self) -> Resumed | None:
         """The saved progress of this run by this code, or None (no file, another code's, unreadable)."""

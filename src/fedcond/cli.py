@@ -301,7 +301,7 @@ def _experiments(args) -> int:
     return 0
 
 
-def _sweep_dry_run(cells, db, data_dir=None) -> int:
+def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True) -> int:
     """Every cell the sweep would run, marked done where the database holds it, with the time a
     cell to run is expected to take (sweep.estimate_seconds; for a cell a checkpoint resumes, the
     share of its rounds left); nothing runs."""
@@ -316,7 +316,7 @@ def _sweep_dry_run(cells, db, data_dir=None) -> int:
         expected = estimate_seconds(cells, con)
     finally:
         con.close()
-    resumes = resumable([c for c in cells if c.key not in done], db, data_dir)
+    resumes = resumable([c for c in cells if c.key not in done], db, data_dir) if resumes else {}
     for k, c in enumerate(cells):
         state, sec, note = "done" if c.key in done else "todo", expected[k], ""
         if c.key in resumes:
@@ -356,7 +356,8 @@ def _sweep(args) -> int:
         raise FedcondError("--groups applies to E1 and E2a experiments only (not CIFAR-100's fixed superclasses)")
     cells = plan(experiments, args.methods, seeds, args.protocol, changes)  # checks every option against every experiment
     if args.dry_run:
-        return _sweep_dry_run(cells, args.db, args.data_dir)
+        # --ray sweeps and --checkpoint-every 0 start every cell afresh
+        return _sweep_dry_run(cells, args.db, args.data_dir, resumes=args.ray is None and args.checkpoint_every is not None)
     counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray,
                        checkpoint_every=args.checkpoint_every)
     print(json.dumps(counts))

@@ -143,6 +143,9 @@ def train_model(spec: ModelSpec, x: torch.Tensor, y: torch.Tensor, owner: torch.
                 config: EmnistConfig, seed: tuple[int, ...], device: str = "cpu") -> torch.nn.Module:
     """Minibatch SGD with momentum over pooled (x [n, 1, 28, 28] uint8, y [n]); sample j's statistic is
     stats[owner[j]] (looked up per batch: the pooled per-sample copy would take 1.9 GB at n_c = 8)."""
+    from .engine import denormals
+
+    denormals.apply()  # as every training job (engine/denormals.py)
     dev = torch.device(device)
     model = _init(spec, seed).to(dev).to(memory_format=torch.channels_last)  # channels-last: 2.1x faster on CPU
     model.train()

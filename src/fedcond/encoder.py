@@ -204,6 +204,9 @@ def _train_on(data, source: str, out_dir: str | Path | None = None, epochs: int 
               limit: int | None = None, blocks_per_stage: int = 1) -> Path:
     """Train an encoder on ``data`` (anything with x_train/y_train/x_test/y_test uint8 [N,32,32,3] and
     ``classes``), save it as the encoder of ``source`` under ``<out_dir>/encoders`` and return the .pt path."""
+    from .engine import denormals
+
+    denormals.apply()  # as every training job (engine/denormals.py)
     source = check_source(source)
     if epochs < 1 or batch_size < 1 or (limit is not None and limit < 1):
         raise FedcondError(f"epochs, batch_size and limit must be positive (got {epochs}, {batch_size}, {limit})")

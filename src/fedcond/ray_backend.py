@@ -13,13 +13,18 @@ from typing import Iterator
 from .errors import FedcondError
 
 
-def _cell(spec, method: str, protocol, seed: int):
+def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush"):
+    import os
+
     import torch
 
+    from .engine import denormals
     from .errors import FedcondError as Err
     from .run import Failure
     from .simulate import run_method
 
+    os.environ[denormals.ENV] = denormal_mode  # the driver's mode (checked there), which its rows record
+    denormals.apply()
     torch.set_num_threads(1)
     try:
         return run_method(spec.build(), method, protocol, seed, data_dir=spec.data_dir)
@@ -41,8 +46,11 @@ def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[
         ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
         started = True
     try:
+        from .engine import denormals
+
         remote = ray.remote(num_cpus=1)(_cell)
-        refs = {remote.remote(*t): i for i, t in enumerate(tasks)}
+        mode = denormals.wanted()  # nodes do not share the driver's environment
+        refs = {remote.remote(*t, mode): i for i, t in enumerate(tasks)}
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)

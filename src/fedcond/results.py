@@ -116,7 +116,7 @@ def versions() -> dict:
 
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__, "fedcond": __version__,
             "cpu": f"{cpu_model()} ({vector_isa()}; torch uses {torch.backends.cpu.get_cpu_capability().lower()})",
-            "denormals": denormals.wanted()}
+            "denormals": "flush" if denormals.apply() == "flushed" else "keep"}  # what computes here (CPU)
     # wall times differ by CPU, even between machines of one kind, and by the ISA torch was allowed
 
 

@@ -8,8 +8,13 @@ its round-85 state took 6.8-9.0 s with subnormals kept and 1.06 s flushed (a fre
 does on its CPU threads) changes values only below 1.2e-38. It is on by default; set
 FEDCOND_DENORMALS=keep to compute with IEEE subnormals (every row records which: `versions`).
 
-The mode is a per-thread CPU register (MXCSR), so it is set at the entry of every training job
-and evaluation, in whatever thread runs them (worker processes, Flower and Ray actors alike).
+The mode is a per-thread CPU register (MXCSR), inherited by threads created afterwards: it is
+set when fedcond.engine is imported, by the CLI before any command, and at the entry of every
+training job, evaluation and trainer outside the engine (encoder, earlier study, DP-SGD), in
+whatever thread runs them (worker processes, Flower and Ray actors alike). Torch's intra-op
+threads created before it was set keep their own mode; fedcond trains with one thread per
+process. It applies to float64 too (below 2.2e-308), far below the statistics' eigenvalues.
+GPU computations are not affected (CUDA has its own rules).
 """
 
 from __future__ import annotations

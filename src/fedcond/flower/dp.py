@@ -69,6 +69,9 @@ def _wrap_layers(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
 def train_private(spec, job: Job, default_sgd: SGDConfig, dp: DPConfig, context: Context) -> JobResult:
     from opacus import PrivacyEngine
 
+    from ..engine import denormals
+
+    denormals.apply()  # as every training job (engine/denormals.py)
     if job.regulariser is not None or job.momentum is not None or job.loss_fn is not None:
         raise FedcondError("DP-SGD runs FedAvg-style local jobs only (FedAvg, Conditional-FedAvg)")
     sgd = job.sgd or default_sgd

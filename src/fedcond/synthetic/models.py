@@ -150,6 +150,9 @@ def train(model: nn.Module, task: str, x: torch.Tensor, y: torch.Tensor, mu: tor
 
     x [N, n, D], y [N, n], mu [N, P], cluster [N] (int64).
     """
+    from ..engine import denormals
+
+    denormals.apply()  # as every training job (engine/denormals.py)
     n_clients, n = y.shape
     b = min(config.batch_per_client, n)
     gen = torch.Generator().manual_seed(int(np.random.SeedSequence([0xBA7C, seed]).generate_state(1)[0]))  # purpose: batches
