@@ -85,12 +85,17 @@ class Checkpoint:
         digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
         return Path(self.directory) / f"{digest}.pt"
 
+    @property
+    def _identity(self) -> dict:
+        """The identity as a saved file holds it (JSON's reading: tuples become lists, other values strings)."""
+        return json.loads(json.dumps(self.identity, sort_keys=True, default=str))
+
     def key(self) -> dict:
         """What must match for a file to be resumed: the run, the code, the libraries and what runs the
         layers (compiled kernels kept on this CPU, torch's ISA), which decide the float rounding.
         Computed once per Checkpoint (a run's saves and loads all happen in one process)."""
         if self._key is None:
-            self._key = {"identity": json.loads(json.dumps(self.identity, sort_keys=True, default=str)),
+            self._key = {"identity": self._identity,
                          "source": source_fingerprint(), "environment": environment()}
         return self._key
 
@@ -104,8 +109,7 @@ class Checkpoint:
         if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
             return None
         saved = data["key"]  # the run and the code first: the environment may build and time the kernels
-        if saved.get("source") != source_fingerprint() or saved.get("identity") != json.loads(
-                json.dumps(self.identity, sort_keys=True, default=str)):
+        if saved.get("source") != source_fingerprint() or saved.get("identity") != self._identity:
             return None
         return data if saved == self.key() else None
 

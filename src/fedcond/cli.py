@@ -306,8 +306,6 @@ def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True) -> int:
     cell to run is expected to take (sweep.estimate_seconds; for a cell a checkpoint resumes, the
     share of its rounds left); nothing runs."""
     from . import results
-    from .experiments import protocol
-    from .run import rounds_of
     from .sweep import estimate_seconds, resumable
 
     con = results.connect(db)
@@ -320,7 +318,7 @@ def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True) -> int:
     for k, c in enumerate(cells):
         state, sec, note = "done" if c.key in done else "todo", expected[k], ""
         if c.key in resumes:
-            rounds_done, total = resumes[c.key][0], rounds_of(c.method, protocol(c.protocol_name)[0])
+            rounds_done, total = resumes[c.key][0], c.rounds
             note = f"  resumes after round {rounds_done} of {total}"
             if sec is not None:
                 sec = expected[k] = sec * (total - rounds_done) / total

@@ -110,9 +110,8 @@ def versions() -> dict:
     import torch
 
     from . import __version__
-    from .models.cpu_kernels.build import cpu_model, vector_isa
-
     from .engine import denormals
+    from .models.cpu_kernels.build import cpu_model, vector_isa
 
     return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__, "fedcond": __version__,
             "cpu": f"{cpu_model()} ({vector_isa()}; torch uses {torch.backends.cpu.get_cpu_capability().lower()})",

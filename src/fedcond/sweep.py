@@ -36,6 +36,11 @@ class Cell:
     def key(self) -> tuple[str, str, int, str]:
         return (self.experiment.name, self.method, self.seed, self.protocol_name)
 
+    @property
+    def rounds(self) -> int:
+        """Rounds this cell trains for under its protocol."""
+        return rounds_of(self.method, protocol(self.protocol_name)[0])
+
     def setup(self, data_dir):
         """(scenario spec, protocol) this cell runs with: its preset's, and the options its name carries."""
         proto, fraction = protocol(self.protocol_name)
@@ -144,8 +149,9 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
     by_scenario: dict[tuple, list[Cell]] = {}
     for c in todo:  # one scenario build serves all methods of an (experiment, seed, protocol)
         by_scenario.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
-    resumes = resumable(todo, db, data_dir) if checkpoint_every is not None else {}
-    total = sum(rounds_of(c.method, protocol(c.protocol_name)[0]) - resumes.get(c.key, (0, 0.0))[0] for c in todo)
+    # reading checkpoints only serves the progress bar
+    resumes = resumable(todo, db, data_dir) if progress and checkpoint_every is not None else {}
+    total = sum(c.rounds - resumes.get(c.key, (0, 0.0))[0] for c in todo)
     bar = tqdm(total=total, unit="round", desc="sweep", disable=not progress, file=sys.stderr)
     try:
         for (name, seed, pname), group in by_scenario.items():
