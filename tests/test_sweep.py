@@ -167,6 +167,23 @@ def test_sweep_over_a_local_ray_instance_then_resume(tmp_path):
     assert again["skipped"] == 2 and again["ran"] == 0
 
 
+def test_rows_from_ray_record_the_versions_of_the_node_that_ran_them(tmp_path, monkeypatch):
+    from fedcond import ray_backend
+    from fedcond.run import Failure
+
+    node = {"cpu": "a node's CPU (avx2; torch uses avx2)", "torch": "9.9", "denormals": "keep"}
+
+    def fake_ray(tasks, address):  # the cells "ran" on a node whose versions differ from this process's
+        for i, (spec, method, proto, seed) in enumerate(tasks):
+            yield i, Failure(method, "stands in for a run"), node
+
+    monkeypatch.setattr(ray_backend, "run_cells_on_ray", fake_ray)
+    cells = plan(select("E1/mnist/K=2/rich"), "FedAvg", [0], "smoke")
+    run_sweep(cells, str(tmp_path / "r.sqlite"), str(SHARED), progress=False, log=lambda s: None, ray_address="auto")
+    (recorded,) = sqlite3.connect(tmp_path / "r.sqlite").execute("SELECT versions FROM runs").fetchone()
+    assert json.loads(recorded) == node != results.versions()
+
+
 def test_superseded_rows_leave_the_tables_and_are_run_again(tmp_path):
     from fedcond import results
 

@@ -20,20 +20,22 @@ def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush"):
 
     from .engine import denormals
     from .errors import FedcondError as Err
+    from .results import versions
     from .run import Failure
     from .simulate import run_method
 
     os.environ[denormals.ENV] = denormal_mode  # the driver's mode (checked there), which its rows record
     denormals.apply()
     torch.set_num_threads(1)
-    try:
-        return run_method(spec.build(), method, protocol, seed, data_dir=spec.data_dir)
+    try:  # the node's versions (CPU, torch), which its row records, not the driver's
+        return run_method(spec.build(), method, protocol, seed, data_dir=spec.data_dir), versions()
     except Err as e:
-        return Failure(method, str(e))
+        return Failure(method, str(e)), versions()
 
 
 def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[int, object]]:
-    """tasks: (spec, method, protocol, seed) each; yields (task index, MethodResult | Failure) as they finish.
+    """tasks: (spec, method, protocol, seed) each; yields (task index, MethodResult | Failure, the versions
+    where it ran: results.versions() on its node) as they finish.
 
     address: "local" starts a Ray instance on this machine; "auto" or "ray://host:port" joins a cluster.
     """
@@ -55,7 +57,7 @@ def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
-                yield refs[ref], ray.get(ref)
+                yield refs[ref], *ray.get(ref)
     finally:
         if started:
             ray.shutdown()

@@ -121,8 +121,9 @@ def versions() -> dict:
 
 def save_run(con: sqlite3.Connection, *, family, dataset, scenario: dict, method, seed, protocol: dict, result,
              experiment: str | None = None, protocol_name: str | None = None, device: str = "cpu",
-             status: str = "ok", error: str | None = None) -> int:
-    """Insert one finished (or failed: result None, status 'failed', error) run in its own transaction."""
+             status: str = "ok", error: str | None = None, ran_with: dict | None = None) -> int:
+    """Insert one finished (or failed: result None, status 'failed', error) run in its own transaction.
+    ran_with: versions() where the run computed, if not in this process (a Ray node)."""
     r = result
     with con:
         cur = con.execute(
@@ -137,7 +138,7 @@ def save_run(con: sqlite3.Connection, *, family, dataset, scenario: dict, method
                 r.accuracy if r else None, r.accuracy_std if r else None, r.weighted_accuracy if r else None,
                 json.dumps(r.per_client) if r else None, json.dumps(r.extra if r else {}, sort_keys=True),
                 r.rounds if r else None, r.seconds if r else None, device,
-                json.dumps(versions(), sort_keys=True), git_revision(),
+                json.dumps(ran_with or versions(), sort_keys=True), git_revision(),
             ),
         )
     return int(cur.lastrowid)

@@ -101,14 +101,15 @@ def estimate_seconds(cells: list[Cell], con) -> list[float | None]:
     return out
 
 
-def _record(con, cell: Cell, spec, proto, res, counts: dict) -> str:
-    """Write one finished cell (its own transaction) and say how it went."""
+def _record(con, cell: Cell, spec, proto, res, counts: dict, ran_with: dict | None = None) -> str:
+    """Write one finished cell (its own transaction) and say how it went; ran_with: the versions where
+    it computed, if elsewhere (results.save_run)."""
     exp = cell.experiment
     error = res.reason if isinstance(res, Failure) else None
     results.save_run(
         con, family=exp.family, dataset=exp.dataset, scenario=spec.describe(), method=res.method, seed=cell.seed,
         protocol=dataclasses.asdict(proto), result=None if error else res, experiment=exp.name,
-        protocol_name=cell.protocol_name, status="failed" if error else "ok", error=error,
+        protocol_name=cell.protocol_name, status="failed" if error else "ok", error=error, ran_with=ran_with,
     )
     counts["failed" if error else "ran"] += 1
     return f"FAILED: {error}" if error else f"accuracy {res.accuracy:.4f}"
@@ -232,13 +233,13 @@ def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, l
         tasks.append((spec, c.method, proto, c.seed))
         meta.append((c, spec, proto))
     try:
-        for i, res in run_cells_on_ray(tasks, address):
+        for i, res, ran_with in run_cells_on_ray(tasks, address):
             c, spec, proto = meta[i]
-            log(f"  {c.experiment.name} {c.method} seed {c.seed} [{c.protocol_name}] (ray): {_record(con, c, spec, proto, res, counts)}")
+            outcome = _record(con, c, spec, proto, res, counts, ran_with)
+            log(f"  {c.experiment.name} {c.method} seed {c.seed} [{c.protocol_name}] (ray): {outcome}")
     finally:
         con.close()
     return counts
-
 
 
 def _run_study(con, cells: list[Cell], data_dir, counts: dict, log, device: str = "cpu") -> None:
