@@ -97,6 +97,19 @@ def test_same_seed_same_numbers(small):
     assert a.per_client == b.per_client and a.train_loss == b.train_loss
 
 
+def test_rows_keep_which_test_samples_were_right(small):
+    from fedcond.simulate import pack_hits, unpack_hits
+
+    r = run_method(small, "Local", Protocol(epochs=2, batch_size=16), seed=1)
+    sizes = [c.n_test for c in small.federation.clients]
+    hits = unpack_hits(r.extra["test_hits"], sizes)
+    assert [h.size for h in hits] == sizes
+    assert [float(h.mean()) for h in hits] == pytest.approx(r.per_client, abs=0)
+    assert 0 < sum(int(h.sum()) for h in hits) < sum(sizes)  # some right, some wrong: the bits carry information
+    odd = [np.arange(n) % 3 == 0 for n in (5, 0, 9)]  # sizes that are not multiples of 8, one empty
+    assert all(np.array_equal(a, b) for a, b in zip(unpack_hits(pack_hits(odd), [5, 0, 9]), odd))
+
+
 def test_methods_resolve():
     assert resolve_methods("all") == ["Local", "FedAvg", "Gossip", "Ditto", "IFCA", "DAC", "Oracle", "Conditional"]
     assert resolve_methods("fedavg,conditional-fedavg") == ["FedAvg", "Conditional-FedAvg"]

@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS runs (
     accuracy_std REAL,      -- spread over clients
     weighted_accuracy REAL, -- over all test samples
     per_client TEXT,        -- JSON list, client order of the scenario
-    extra TEXT NOT NULL,             -- JSON: e.g. ARI for clustering methods
+    extra TEXT NOT NULL,             -- JSON: e.g. ARI for clustering methods, the curve, test_hits (simulate.unpack_hits)
     rounds INTEGER,
     seconds REAL,
     device TEXT NOT NULL,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -70,19 +71,40 @@ def raw_statistics(fed, protocol: Protocol, data_dir=None, seed: int = 0, client
                                l=protocol.num_eigenvalues, phi=phi, method=protocol.stats_method)
 
 
-def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float], float]:
-    """Accuracy of every client on its own test set with the model the algorithm assigns it
-    (a JDFL context's expanded head is collapsed to the C classes first)."""
+def test_hits(ctx: Context, state: State, conditioned: bool) -> list[np.ndarray]:
+    """Per client, whether each of its test samples is predicted right, with the model the algorithm
+    assigns it (a JDFL context's expanded head is collapsed to the C classes first)."""
     model = ctx.spec(conditioned).build()
     scores = ctx.supervision.collapse if ctx.supervision is not None else None
-    per_client, correct, total = [], 0, 0
+    hits = []
     for i, c in enumerate(ctx.federation.clients):
         s = ctx.client_stats(i, c.n_test) if conditioned else None
         pred = predict(model, state.models[state.assignment[i]], c.x_test, s, scores=scores)
-        hits = int((pred == c.y_test).sum())
-        per_client.append(hits / max(1, c.n_test))
-        correct, total = correct + hits, total + c.n_test
-    return per_client, correct / max(1, total)
+        hits.append((pred == c.y_test).numpy().astype(bool))
+    return hits
+
+
+def accuracies(hits: list[np.ndarray]) -> tuple[list[float], float]:
+    """(accuracy of every client, accuracy over all test samples)."""
+    per_client = [int(h.sum()) / max(1, h.size) for h in hits]
+    return per_client, sum(int(h.sum()) for h in hits) / max(1, sum(h.size for h in hits))
+
+
+def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float], float]:
+    """Accuracy of every client on its own test set, and over all test samples (test_hits)."""
+    return accuracies(test_hits(ctx, state, conditioned))
+
+
+def pack_hits(hits: list[np.ndarray]) -> str:
+    """Every test sample's hit (client order) as one bit, base64: a row keeps which samples its run
+    got right, for paired comparisons of two runs on one scenario (same seed, same test sets)."""
+    return base64.b64encode(np.packbits(np.concatenate(hits) if hits else np.zeros(0, bool)).tobytes()).decode()
+
+
+def unpack_hits(packed: str, sizes: list[int]) -> list[np.ndarray]:
+    """pack_hits undone, given each client's number of test samples."""
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(packed), dtype=np.uint8), count=sum(sizes)).astype(bool)
+    return np.split(bits, np.cumsum(sizes)[:-1]) if sizes else []
 
 
 def cluster_accuracy(scenario: Scenario, per_client: list[float]) -> dict[str, float]:
@@ -178,8 +200,10 @@ def run_method(
         if on_round is not None:
             on_round(r, state)
     eval_ctx = _evaluation_context(alg, ctx, state)
-    per_client, weighted = evaluate(eval_ctx, state, alg.conditioned)
+    hits = test_hits(eval_ctx, state, alg.conditioned)
+    per_client, weighted = accuracies(hits)
     extra = dict(state.extra.get("metrics", {}))
+    extra["test_hits"] = pack_hits(hits)  # which test samples were right (unpack_hits)
     if resumed is not None:
         extra["resumed_after_round"] = first  # rounds 1..first ran in an earlier process (seconds count both)
     extra["cluster_accuracy"] = cluster_accuracy(scenario, per_client)
