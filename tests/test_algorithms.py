@@ -102,12 +102,14 @@ def test_rows_keep_which_test_samples_were_right(small):
 
     r = run_method(small, "Local", Protocol(epochs=2, batch_size=16), seed=1)
     sizes = [c.n_test for c in small.federation.clients]
-    hits = unpack_hits(r.extra["test_hits"], sizes)
+    hits = unpack_hits(r.extra["test_hits"])
     assert [h.size for h in hits] == sizes
     assert [float(h.mean()) for h in hits] == pytest.approx(r.per_client, abs=0)
     assert 0 < sum(int(h.sum()) for h in hits) < sum(sizes)  # some right, some wrong: the bits carry information
     odd = [np.arange(n) % 3 == 0 for n in (5, 0, 9)]  # sizes that are not multiples of 8, one empty
-    assert all(np.array_equal(a, b) for a, b in zip(unpack_hits(pack_hits(odd), [5, 0, 9]), odd))
+    assert all(np.array_equal(a, b) for a, b in zip(unpack_hits(pack_hits(odd)), odd))
+    assert unpack_hits(pack_hits([])) == []
+    assert r.extra["cluster_of_client"] == [int(k) for k in small.truth.cluster]
 
 
 def test_methods_resolve():

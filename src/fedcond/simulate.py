@@ -95,16 +95,20 @@ def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float]
     return accuracies(test_hits(ctx, state, conditioned))
 
 
-def pack_hits(hits: list[np.ndarray]) -> str:
-    """Every test sample's hit (client order) as one bit, base64: a row keeps which samples its run
-    got right, for paired comparisons of two runs on one scenario (same seed, same test sets)."""
-    return base64.b64encode(np.packbits(np.concatenate(hits) if hits else np.zeros(0, bool)).tobytes()).decode()
+def pack_hits(hits: list[np.ndarray]) -> dict:
+    """Every test sample's hit as one bit (client order, base64) with each client's number of test
+    samples: a row keeps which samples its run got right, for paired comparisons of two runs on one
+    scenario (same seed, same test sets)."""
+    bits = np.packbits(np.concatenate(hits) if hits else np.zeros(0, bool))
+    return {"sizes": [int(h.size) for h in hits], "bits": base64.b64encode(bits.tobytes()).decode()}
 
 
-def unpack_hits(packed: str, sizes: list[int]) -> list[np.ndarray]:
-    """pack_hits undone, given each client's number of test samples."""
-    bits = np.unpackbits(np.frombuffer(base64.b64decode(packed), dtype=np.uint8), count=sum(sizes)).astype(bool)
-    return np.split(bits, np.cumsum(sizes)[:-1]) if sizes else []
+def unpack_hits(packed: dict) -> list[np.ndarray]:
+    """pack_hits undone: per client, a bool per test sample."""
+    sizes = packed["sizes"]
+    bits = np.frombuffer(base64.b64decode(packed["bits"]), dtype=np.uint8)
+    flat = np.unpackbits(bits, count=sum(sizes)).astype(bool)
+    return np.split(flat, np.cumsum(sizes)[:-1]) if sizes else []
 
 
 def cluster_accuracy(scenario: Scenario, per_client: list[float]) -> dict[str, float]:
@@ -207,6 +211,7 @@ def run_method(
     if resumed is not None:
         extra["resumed_after_round"] = first  # rounds 1..first ran in an earlier process (seconds count both)
     extra["cluster_accuracy"] = cluster_accuracy(scenario, per_client)
+    extra["cluster_of_client"] = [int(k) for k in scenario.truth.cluster]  # index into truth.cluster_names
     for name, index in state.extra.get("alternates", {}).items():  # another model the method keeps (FedDyn's theta)
         other = dataclasses.replace(state, assignment=(index,) * len(state.assignment))
         extra[f"{name}_accuracy"] = float(np.mean(evaluate(eval_ctx, other, alg.conditioned)[0]))
