@@ -109,7 +109,7 @@ def test_rows_keep_which_test_samples_were_right(small):
     odd = [np.arange(n) % 3 == 0 for n in (5, 0, 9)]  # sizes that are not multiples of 8, one empty
     assert all(np.array_equal(a, b) for a, b in zip(unpack_hits(pack_hits(odd)), odd))
     assert unpack_hits(pack_hits([])) == []
-    assert r.extra["cluster_of_client"] == [int(k) for k in small.truth.cluster]
+    assert r.extra["cluster_of_client"] == [small.truth.cluster_names[k] for k in small.truth.cluster]
 
 
 def test_methods_resolve():

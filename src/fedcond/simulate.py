@@ -211,7 +211,7 @@ def run_method(
     if resumed is not None:
         extra["resumed_after_round"] = first  # rounds 1..first ran in an earlier process (seconds count both)
     extra["cluster_accuracy"] = cluster_accuracy(scenario, per_client)
-    extra["cluster_of_client"] = [int(k) for k in scenario.truth.cluster]  # index into truth.cluster_names
+    extra["cluster_of_client"] = [scenario.truth.cluster_names[k] for k in scenario.truth.cluster]
     for name, index in state.extra.get("alternates", {}).items():  # another model the method keeps (FedDyn's theta)
         other = dataclasses.replace(state, assignment=(index,) * len(state.assignment))
         extra[f"{name}_accuracy"] = float(np.mean(evaluate(eval_ctx, other, alg.conditioned)[0]))

@@ -141,3 +141,32 @@ def test_a_dataset_without_runs_says_why_from_the_explanations_file(tmp_path):
     text = write_report(tmp_path / "j.sqlite", tmp_path / "out", explanations=why).read_text()
     office = text[text.index("#### office"):]
     assert office.split("\n\n")[1] == "No run of this protocol: no copy of the data here"
+
+
+def test_pairs_sample_by_sample_per_domain_with_mcnemar(tmp_path):
+    import math
+
+    import numpy as np
+
+    from fedcond.report.jdfl import mcnemar_p
+    from fedcond.simulate import pack_hits
+
+    assert mcnemar_p(0, 0) == 1.0 and mcnemar_p(3, 3) == 1.0
+    assert mcnemar_p(0, 5) == mcnemar_p(5, 0) == 2 / 32  # all five discordant samples one way
+    assert abs(mcnemar_p(2, 10) - 2 * sum(math.comb(12, i) for i in range(3)) / 2 ** 12) < 1e-12
+    clusters = ["photo", "photo", "sketch"]
+    base = [np.array([1, 0, 0, 1], bool), np.array([1, 1, 0], bool), np.array([0, 0, 1, 1, 1], bool)]
+    graded = [np.array([1, 1, 1, 1], bool), np.array([0, 1, 0], bool), np.array([0, 0, 1, 1, 0], bool)]
+    db = tmp_path / "j.sqlite"
+    con = results.connect(db)
+    for method, hits in (("FedAvg", base), ("FedAvg+jdfl-graded", graded)):
+        _save(con, "JDFL/pacs/main", method, 0, 0.5, {"test_hits": pack_hits(hits), "cluster_of_client": clusters,
+                                                      "cluster_accuracy": {"photo": 0.5, "sketch": 0.6}})
+    _save(con, "JDFL/pacs/main", "FedAvg+jdfl-random", 0, 0.5, {})  # kept no hits: no pair with it
+    con.close()
+    text = write_report(db, tmp_path / "out").read_text()
+    pairs = text[text.index("Sample by sample"):]
+    # photo: graded alone right on 2 (client 0) samples, base alone on 1 (client 1); sketch: base alone on 1
+    assert "| pair | seed | photo | sketch | all | McNemar p |" in pairs
+    assert f"| FedAvg+jdfl-graded vs FedAvg | 0 | 2 / 1 | 0 / 1 | 2 / 2 | {mcnemar_p(2, 2):.3g} |" in pairs
+    assert "FedAvg+jdfl-random vs" not in pairs

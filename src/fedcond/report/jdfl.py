@@ -8,6 +8,7 @@ JDFL reports *global* test accuracy: over all domains' held-out images (the data
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from ..experiments import DISCOVERY_GRID, JDFL_DATASETS, JDFL_SLOT_SWEEP
@@ -207,6 +208,7 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
             out += _table(["base", "standalone", "+ JDFL graded", "+ JDFL random"], best_table) + [""]
         out += _per_domain(main)
         out += _pseudo_domains(main)
+        out += _sample_pairs(main)
     if main:
         out += _claims(main, ablation, sweep)
     if replicate:
@@ -279,6 +281,48 @@ def _per_domain(main: dict[str, list[dict]]) -> list[str]:
     if not table:
         return []
     return ["Per-domain accuracy (%, mean over seeds):", ""] + _table(["method"] + domains, table) + [""]
+
+
+def mcnemar_p(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar test: how likely a split of the discordant samples at least this
+    uneven is if neither run is better on this test set (binomial, one half)."""
+    n, k = only_a + only_b, min(only_a, only_b)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def _sample_pairs(main: dict[str, list[dict]]) -> list[str]:
+    """The claims' pairs sample by sample, where both rows kept which test samples they got right."""
+    from ..simulate import unpack_hits
+
+    def kept(rows):
+        return {r["seed"]: r["extra"] for r in rows or [] if "test_hits" in r["extra"] and "cluster_of_client" in r["extra"]}
+
+    table, domains = [], None
+    for b in BASES:
+        for a_name, b_name in ((f"{b}+jdfl-graded", b), (f"{b}+jdfl-random", b), (f"{b}+jdfl-random", f"{b}+jdfl-graded")):
+            first, second = kept(main.get(a_name)), kept(main.get(b_name))
+            for seed in sorted(set(first) & set(second)):
+                ea, eb = first[seed], second[seed]
+                domains = domains or _domain_order(sorted(set(ea["cluster_of_client"])))
+                ha, hb = unpack_hits(ea["test_hits"]), unpack_hits(eb["test_hits"])
+                if [h.size for h in ha] != [h.size for h in hb]:
+                    continue  # not the same test sets
+                split = {d: [0, 0] for d in domains}
+                for x, y, d in zip(ha, hb, ea["cluster_of_client"]):
+                    split[d][0] += int((x & ~y).sum())
+                    split[d][1] += int((~x & y).sum())
+                only_a, only_b = sum(v[0] for v in split.values()), sum(v[1] for v in split.values())
+                table.append([f"{a_name} vs {b_name}", str(seed)] + [f"{split[d][0]} / {split[d][1]}" for d in domains]
+                             + [f"{only_a} / {only_b}", f"{mcnemar_p(only_a, only_b):.3g}"])
+    if not table:
+        return []
+    return (["Sample by sample, after the last round (rows that kept which test samples they got right): test images "
+             "only the first run got right / only the second, per domain and in all, and McNemar's exact p (how likely "
+             "so uneven a split is if the two models were equally good on this test set; it does not measure the "
+             "spread over training seeds).", ""]
+            + _table(["pair", "seed"] + domains + ["all", "McNemar p"], table) + [""])
 
 
 def _domain_order(names: list[str]) -> list[str]:
