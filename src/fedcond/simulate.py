@@ -71,7 +71,7 @@ def raw_statistics(fed, protocol: Protocol, data_dir=None, seed: int = 0, client
                                l=protocol.num_eigenvalues, phi=phi, method=protocol.stats_method)
 
 
-def test_hits(ctx: Context, state: State, conditioned: bool) -> list[np.ndarray]:
+def sample_hits(ctx: Context, state: State, conditioned: bool) -> list[np.ndarray]:
     """Per client, whether each of its test samples is predicted right, with the model the algorithm
     assigns it (a JDFL context's expanded head is collapsed to the C classes first)."""
     model = ctx.spec(conditioned).build()
@@ -91,8 +91,8 @@ def accuracies(hits: list[np.ndarray]) -> tuple[list[float], float]:
 
 
 def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float], float]:
-    """Accuracy of every client on its own test set, and over all test samples (test_hits)."""
-    return accuracies(test_hits(ctx, state, conditioned))
+    """Accuracy of every client on its own test set, and over all test samples (sample_hits)."""
+    return accuracies(sample_hits(ctx, state, conditioned))
 
 
 def pack_hits(hits: list[np.ndarray]) -> dict:
@@ -204,7 +204,7 @@ def run_method(
         if on_round is not None:
             on_round(r, state)
     eval_ctx = _evaluation_context(alg, ctx, state)
-    hits = test_hits(eval_ctx, state, alg.conditioned)
+    hits = sample_hits(eval_ctx, state, alg.conditioned)
     per_client, weighted = accuracies(hits)
     extra = dict(state.extra.get("metrics", {}))
     extra["test_hits"] = pack_hits(hits)  # which test samples were right (unpack_hits)
