@@ -57,6 +57,14 @@ def test_methods_without_a_model_for_a_newcomer_report_none(digits):
     assert min(oracle.extra["unseen_per_client"]) > 0.5
     fedavg = run_method(digits, "FedAvg", proto, seed=0)
     assert "unseen_accuracy" in fedavg.extra
+    # the per-sample hits and true clusters a row keeps are the training population's, as per_client is
+    from fedcond.holdout import hold_out
+    from fedcond.simulate import unpack_hits
+
+    kept, _ = hold_out(digits, 1)
+    hits = unpack_hits(fedavg.extra["test_hits"])
+    assert [float(h.mean()) for h in hits] == fedavg.per_client and len(hits) == kept.federation.num_clients
+    assert fedavg.extra["cluster_of_client"] == [kept.truth.cluster_names[k] for k in kept.truth.cluster]
     assert "unseen_accuracy" in run_method(digits, "FedDyn", proto, seed=0).extra  # two models, one assigned to all
 
 
