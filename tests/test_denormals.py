@@ -1,6 +1,7 @@
 """Subnormal floats are flushed while fedcond trains (engine/denormals.py): by default, in any
 thread that runs a job, recorded with every row; FEDCOND_DENORMALS=keep computes with them."""
 
+import importlib.util
 import subprocess
 import sys
 import threading
@@ -56,6 +57,35 @@ def test_a_training_job_flushes_in_whatever_thread_runs_it(monkeypatch):
     if not torch.set_flush_denormal(True):
         pytest.skip("this CPU cannot flush subnormals")
     assert seen == {"before": False, "after": True}
+
+
+def test_trainers_outside_the_engine_flush_in_whatever_thread_runs_them(monkeypatch):
+    monkeypatch.delenv(denormals.ENV, raising=False)
+    seen = {}
+
+    @denormals.training_job
+    def trainer():
+        seen["inside"] = flushed_here()
+
+    def worker():
+        torch.set_flush_denormal(False)
+        trainer()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush subnormals")
+    assert seen == {"inside": True}
+    from fedcond import emnist_study, encoder
+    from fedcond.synthetic import models
+
+    trainers = [encoder._train_on, emnist_study.train_model, models.train]
+    if importlib.util.find_spec("opacus") is not None:
+        from fedcond.flower import dp
+
+        trainers.append(dp.train_private)
+    assert all(fn.__code__ is trainer.__code__ for fn in trainers)  # each wrapped by training_job
 
 
 def test_every_row_records_the_mode(monkeypatch):

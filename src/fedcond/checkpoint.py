@@ -81,21 +81,21 @@ class Checkpoint:
     _key: dict | None = field(default=None, repr=False)
 
     @property
-    def path(self) -> Path:
-        digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
-        return Path(self.directory) / f"{digest}.pt"
-
-    @property
-    def _identity(self) -> dict:
+    def identity_as_saved(self) -> dict:
         """The identity as a saved file holds it (JSON's reading: tuples become lists, other values strings)."""
         return json.loads(json.dumps(self.identity, sort_keys=True, default=str))
+
+    @property
+    def path(self) -> Path:
+        digest = hashlib.sha256(json.dumps(self.identity_as_saved, sort_keys=True).encode()).hexdigest()[:20]
+        return Path(self.directory) / f"{digest}.pt"
 
     def key(self) -> dict:
         """What must match for a file to be resumed: the run, the code, the libraries and what runs the
         layers (compiled kernels kept on this CPU, torch's ISA), which decide the float rounding.
         Computed once per Checkpoint (a run's saves and loads all happen in one process)."""
         if self._key is None:
-            self._key = {"identity": self._identity,
+            self._key = {"identity": self.identity_as_saved,
                          "source": source_fingerprint(), "environment": environment()}
         return self._key
 
@@ -109,7 +109,7 @@ class Checkpoint:
         if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
             return None
         saved = data["key"]  # the run and the code first: the environment may build and time the kernels
-        if saved.get("source") != source_fingerprint() or saved.get("identity") != self._identity:
+        if saved.get("source") != source_fingerprint() or saved.get("identity") != self.identity_as_saved:
             return None
         return data if saved == self.key() else None
 

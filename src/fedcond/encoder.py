@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from .data.container import sha256_file  # noqa: F401  (re-exported: the encoder API names it)
+from .engine.denormals import training_job
 from .errors import ChecksumMismatch, FedcondError
 from .models.encoder import EMBED_DIM, CrossEncoder
 
@@ -199,14 +200,12 @@ def _accuracy(model: CrossEncoder, x: torch.Tensor, y: torch.Tensor, batch: int 
     return correct / len(x)
 
 
+@training_job
 def _train_on(data, source: str, out_dir: str | Path | None = None, epochs: int = 50, lr: float = 1e-3,
               batch_size: int = 128, seed: int = 0, progress: Callable[[dict], None] | None = None,
               limit: int | None = None, blocks_per_stage: int = 1) -> Path:
     """Train an encoder on ``data`` (anything with x_train/y_train/x_test/y_test uint8 [N,32,32,3] and
     ``classes``), save it as the encoder of ``source`` under ``<out_dir>/encoders`` and return the .pt path."""
-    from .engine import denormals
-
-    denormals.apply()  # as every training job (engine/denormals.py)
     source = check_source(source)
     if epochs < 1 or batch_size < 1 or (limit is not None and limit < 1):
         raise FedcondError(f"epochs, batch_size and limit must be positive (got {epochs}, {batch_size}, {limit})")

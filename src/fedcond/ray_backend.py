@@ -33,7 +33,7 @@ def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush"):
         return Failure(method, str(e)), versions()
 
 
-def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[int, object]]:
+def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[int, object, dict]]:
     """tasks: (spec, method, protocol, seed) each; yields (task index, MethodResult | Failure, the versions
     where it ran: results.versions() on its node) as they finish.
 

@@ -86,8 +86,9 @@ def sample_hits(ctx: Context, state: State, conditioned: bool) -> list[np.ndarra
 
 def accuracies(hits: list[np.ndarray]) -> tuple[list[float], float]:
     """(accuracy of every client, accuracy over all test samples)."""
-    per_client = [int(h.sum()) / max(1, h.size) for h in hits]
-    return per_client, sum(int(h.sum()) for h in hits) / max(1, sum(h.size for h in hits))
+    right = [int(h.sum()) for h in hits]
+    per_client = [r / max(1, h.size) for r, h in zip(right, hits)]
+    return per_client, sum(right) / max(1, sum(h.size for h in hits))
 
 
 def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float], float]:

@@ -19,6 +19,7 @@ GPU computations are not affected (CUDA has its own rules).
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -44,3 +45,13 @@ def apply() -> str:
         torch.set_flush_denormal(False)
         return "kept"
     return "flushed" if torch.set_flush_denormal(True) else "kept (no FTZ here)"
+
+
+def training_job(fn):
+    """Decorator for a trainer outside the engine (encoder, earlier study, synthetic study, DP-SGD):
+    the mode is applied in whatever thread calls it, as the engine does for its jobs."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        apply()
+        return fn(*args, **kwargs)
+    return run

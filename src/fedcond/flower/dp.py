@@ -26,6 +26,7 @@ from flwr.app import ConfigRecord, Context
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..engine import Job, JobResult, SGDConfig, clone_params
+from ..engine.denormals import training_job
 from ..errors import FedcondError
 from .config import DPConfig
 
@@ -66,12 +67,10 @@ def _wrap_layers(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
     return swapped
 
 
+@training_job
 def train_private(spec, job: Job, default_sgd: SGDConfig, dp: DPConfig, context: Context) -> JobResult:
     from opacus import PrivacyEngine
 
-    from ..engine import denormals
-
-    denormals.apply()  # as every training job (engine/denormals.py)
     if job.regulariser is not None or job.momentum is not None or job.loss_fn is not None:
         raise FedcondError("DP-SGD runs FedAvg-style local jobs only (FedAvg, Conditional-FedAvg)")
     sgd = job.sgd or default_sgd

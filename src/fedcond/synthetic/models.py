@@ -35,6 +35,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..engine.denormals import training_job
+
 DTYPE = torch.float64
 
 
@@ -144,15 +146,13 @@ def loss_fn(task: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     return F.mse_loss if task == "linreg" else F.binary_cross_entropy_with_logits
 
 
+@training_job
 def train(model: nn.Module, task: str, x: torch.Tensor, y: torch.Tensor, mu: torch.Tensor, cluster: torch.Tensor,
           config: TrainConfig, seed: int) -> float:
     """Train `model` in place on every client's training split; returns the final full training loss.
 
     x [N, n, D], y [N, n], mu [N, P], cluster [N] (int64).
     """
-    from ..engine import denormals
-
-    denormals.apply()  # as every training job (engine/denormals.py)
     n_clients, n = y.shape
     b = min(config.batch_per_client, n)
     gen = torch.Generator().manual_seed(int(np.random.SeedSequence([0xBA7C, seed]).generate_state(1)[0]))  # purpose: batches
