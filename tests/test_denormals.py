@@ -59,11 +59,11 @@ def test_a_training_job_flushes_in_whatever_thread_runs_it(monkeypatch):
     assert seen == {"before": False, "after": True}
 
 
-def test_trainers_outside_the_engine_flush_in_whatever_thread_runs_them(monkeypatch):
+def test_whatever_trains_or_evaluates_sets_the_mode_in_the_thread_that_runs_it(monkeypatch):
     monkeypatch.delenv(denormals.ENV, raising=False)
     seen = {}
 
-    @denormals.training_job
+    @denormals.with_mode
     def trainer():
         seen["inside"] = flushed_here()
 
@@ -78,14 +78,25 @@ def test_trainers_outside_the_engine_flush_in_whatever_thread_runs_them(monkeypa
         pytest.skip("this CPU cannot flush subnormals")
     assert seen == {"inside": True}
     from fedcond import emnist_study, encoder
+    from fedcond.engine import local_sgd
     from fedcond.synthetic import models
 
-    trainers = [encoder._train_on, emnist_study.train_model, models.train]
-    if importlib.util.find_spec("opacus") is not None:
+    trainers = [local_sgd.train_job, local_sgd.mean_loss, local_sgd.predict,
+                encoder._train_on, emnist_study.train_model, models.train]
+    if all(importlib.util.find_spec(name) is not None for name in ("flwr", "opacus")):  # the Flower extra
         from fedcond.flower import dp
 
         trainers.append(dp.train_private)
-    assert all(fn.__code__ is trainer.__code__ for fn in trainers)  # each wrapped by training_job
+    assert all(_wrapped_by(fn, trainer.__code__) for fn in trainers)  # each wrapped by with_mode
+
+
+def _wrapped_by(fn, wrapper_code) -> bool:
+    """Whether a layer of fn's decorators (functools.wraps chain, torch.no_grad's included) runs wrapper_code."""
+    while fn is not None:
+        if getattr(fn, "__code__", None) is wrapper_code:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
 
 
 def test_every_row_records_the_mode(monkeypatch):

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from .data import load
 from .data.types import ImageData
 from .engine import batch_order
-from .engine.denormals import training_job
+from .engine.denormals import with_mode
 from .errors import FedcondError
 from .models import ModelSpec
 from .synthetic.statistic import cluster_ari, leading_eigenvectors
@@ -140,7 +140,7 @@ def _init(spec: ModelSpec, seed: tuple[int, ...]) -> torch.nn.Module:
         return spec.build()
 
 
-@training_job
+@with_mode
 def train_model(spec: ModelSpec, x: torch.Tensor, y: torch.Tensor, owner: torch.Tensor, stats: torch.Tensor | None,
                 config: EmnistConfig, seed: tuple[int, ...], device: str = "cpu") -> torch.nn.Module:
     """Minibatch SGD with momentum over pooled (x [n, 1, 28, 28] uint8, y [n]); sample j's statistic is

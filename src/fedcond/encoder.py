@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from .data.container import sha256_file  # noqa: F401  (re-exported: the encoder API names it)
-from .engine.denormals import training_job
+from .engine.denormals import with_mode
 from .errors import ChecksumMismatch, FedcondError
 from .models.encoder import EMBED_DIM, CrossEncoder
 
@@ -200,7 +200,7 @@ def _accuracy(model: CrossEncoder, x: torch.Tensor, y: torch.Tensor, batch: int 
     return correct / len(x)
 
 
-@training_job
+@with_mode
 def _train_on(data, source: str, out_dir: str | Path | None = None, epochs: int = 50, lr: float = 1e-3,
               batch_size: int = 128, seed: int = 0, progress: Callable[[dict], None] | None = None,
               limit: int | None = None, blocks_per_stage: int = 1) -> Path:

@@ -47,9 +47,10 @@ def apply() -> str:
     return "flushed" if torch.set_flush_denormal(True) else "kept (no FTZ here)"
 
 
-def training_job(fn):
-    """Decorator for a trainer outside the engine (encoder, earlier study, synthetic study, DP-SGD):
-    the mode is applied in whatever thread calls it, as the engine does for its jobs."""
+def with_mode(fn):
+    """Decorator for whatever trains or evaluates (the engine's jobs, losses and predictions; the
+    encoder, earlier study, synthetic study and DP-SGD trainers): the mode is set in whatever
+    thread calls it."""
     @functools.wraps(fn)
     def run(*args, **kwargs):
         apply()

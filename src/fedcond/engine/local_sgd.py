@@ -147,9 +147,9 @@ class LoopEngine:
         pass
 
 
+@denormals.with_mode  # subnormals flushed in this thread (engine/denormals.py)
 def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
     """Run one job on `model` (weights replaced by the job's): minibatch SGD with momentum."""
-    denormals.apply()  # subnormals flushed in this thread (engine/denormals.py)
     sgd = job.sgd or default_sgd
     model.load_state_dict(job.params)
     model.train()
@@ -189,10 +189,10 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
 
 
 @torch.no_grad()
+@denormals.with_mode
 def mean_loss(model: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | None,
               batch_size: int = 1024) -> float:
     """Mean cross-entropy of the model with `params` on (x, y[, s]), in eval mode (IFCA's cluster choice)."""
-    denormals.apply()
     model.load_state_dict(params)
     model.eval()
     total = 0.0
@@ -203,11 +203,11 @@ def mean_loss(model: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor
 
 
 @torch.no_grad()
+@denormals.with_mode
 def predict(model: nn.Module, params: Params, x: torch.Tensor, s: torch.Tensor | None, batch_size: int = 1024,
             scores: Callable | None = None) -> torch.Tensor:
     """Class predictions [n] of the model with `params` on uint8 images x [n, C, H, W]; `scores`
     maps the outputs to class scores first (JDFL's collapse of its M x C head)."""
-    denormals.apply()
     model.load_state_dict(params)
     model.eval()
     out = []

@@ -26,7 +26,7 @@ from flwr.app import ConfigRecord, Context
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..engine import Job, JobResult, SGDConfig, clone_params
-from ..engine.denormals import training_job
+from ..engine.denormals import with_mode
 from ..errors import FedcondError
 from .config import DPConfig
 
@@ -67,7 +67,7 @@ def _wrap_layers(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
     return swapped
 
 
-@training_job
+@with_mode
 def train_private(spec, job: Job, default_sgd: SGDConfig, dp: DPConfig, context: Context) -> JobResult:
     from opacus import PrivacyEngine
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..engine.denormals import training_job
+from ..engine.denormals import with_mode
 
 DTYPE = torch.float64
 
@@ -146,7 +146,7 @@ def loss_fn(task: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     return F.mse_loss if task == "linreg" else F.binary_cross_entropy_with_logits
 
 
-@training_job
+@with_mode
 def train(model: nn.Module, task: str, x: torch.Tensor, y: torch.Tensor, mu: torch.Tensor, cluster: torch.Tensor,
           config: TrainConfig, seed: int) -> float:
     """Train `model` in place on every client's training split; returns the final full training loss.
