@@ -44,10 +44,12 @@ def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
     jd = text[text.index("### JDFL (SPEC Part C)"):]
     assert "| FedAvg | 41.0 ± 1.4 (n=2) | 46.0 ± 1.4 (n=2) [+5.0 pp] | 39.0 ± 1.4 (n=2) [-2.0 pp] |" in jd
     assert "| SCAFFOLD | 30.0 ± 0.0 (n=2) | not run | 35.0 ± 0.0 (n=2) [+5.0 pp] |" in jd
-    assert "| expanded head, hard client-fixed joint labels | 39.0 (n=1) [-2.0 pp] |" in jd
-    assert "| 3 | 44.0 (n=1) [+3.0 pp] | not run |" in jd
-    assert "| FedAvg | 41.0 ± 1.4 (n=2) | not run | 42.5 (n=1) [+1.5 pp] |" in jd  # the replicated head
-    assert "| FedAvg | 41.0 ± 1.4 (n=2) | 39.0 ± 1.4 (n=2) [-2.0 pp] | 43.0 (n=1) [+2.0 pp] |" in jd  # per-sample slot
+    # one seed against FedAvg's two: the difference is taken on the seed both ran (0.39 - 0.40), not
+    # against FedAvg's two-seed mean (which would read -2.0 and mix seed 1's spread into it)
+    assert "| expanded head, hard client-fixed joint labels | 39.0 (n=1) [-1.0 pp on seed 0] |" in jd
+    assert "| 3 | 44.0 (n=1) [+4.0 pp on seed 0] | not run |" in jd
+    assert "| FedAvg | 41.0 ± 1.4 (n=2) | not run | 42.5 (n=1) [+2.5 pp on seed 0] |" in jd  # the replicated head
+    assert "| FedAvg | 41.0 ± 1.4 (n=2) | 39.0 ± 1.4 (n=2) [-2.0 pp] | 43.0 (n=1) [+3.0 pp on seed 0] |" in jd  # per-sample slot
     claims = jd[jd.index("The JDFL text's claims"):]
     assert "| FedAvg + graded beats FedAvg | +5.0 ± 0.0 pp (n=2; per seed +5.0, +5.0) | holds |" in claims
     assert "| FedAvg + random beats FedAvg | -2.0 ± 0.0 pp (n=2; per seed -2.0, -2.0) | does not hold |" in claims
@@ -174,3 +176,16 @@ def test_pairs_sample_by_sample_per_domain_with_mcnemar(tmp_path):
     assert "| pair | seed | photo | sketch | all | McNemar p |" in pairs
     assert "| FedAvg+jdfl-graded vs FedAvg | 0 | 2 / 1 | 0 / 1 | 2 / 2 | 1 |" in pairs
     assert "FedAvg+jdfl-random vs" not in pairs
+
+
+def test_differences_pair_seeds_and_name_them_where_the_sets_differ():
+    from fedcond.report.jdfl import _delta
+
+    def rows(*pairs):
+        return [{"seed": s, "weighted_accuracy": a} for s, a in pairs]
+
+    base = rows((0, 0.50), (1, 0.60), (2, 0.70))
+    assert _delta(rows((0, 0.52), (1, 0.61), (2, 0.73)), base) == " [+2.0 pp]"  # same seeds: no names
+    assert _delta(rows((2, 0.71)), base) == " [+1.0 pp on seed 2]"  # not +11.0 against the three-seed mean
+    assert _delta(rows((1, 0.62), (2, 0.70), (5, 0.9)), base) == " [+1.0 pp on seeds 1, 2]"
+    assert _delta(rows((7, 0.9)), base) == " [no seed in common]" and _delta([], base) == ""

@@ -48,10 +48,27 @@ def _text(values: list[float]) -> str:
     return mean + (f" ± {pct(statistics.stdev(values))}" if len(values) >= 2 else "") + f" (n={len(values)})"
 
 
-def _delta(values: list[float], ref: list[float]) -> str:
-    if not values or not ref:
+def _last(r: dict) -> float | None:
+    return r["weighted_accuracy"]
+
+
+def _best_of(r: dict) -> float | None:
+    return (r.get("extra") or {}).get("best_weighted_accuracy")
+
+
+def _delta(rows: list[dict] | None, ref: list[dict] | None, value=_last) -> str:
+    """rows minus ref, seed by seed over the seeds both ran (a mean over unequal seed sets would
+    mix the seed spread into the difference); names those seeds where either side ran others."""
+    mine = {r["seed"]: v for r in rows or [] if (v := value(r)) is not None}
+    theirs = {r["seed"]: v for r in ref or [] if (v := value(r)) is not None}
+    if not mine or not theirs:
         return ""
-    return f" [{100 * (statistics.fmean(values) - statistics.fmean(ref)):+.1f} pp]"
+    common = sorted(set(mine) & set(theirs))
+    if not common:
+        return " [no seed in common]"
+    diff = 100 * statistics.fmean(mine[s] - theirs[s] for s in common)
+    where = "" if set(mine) == set(theirs) else f" on seed{'s' * (len(common) > 1)} {', '.join(map(str, common))}"
+    return f" [{diff:+.1f} pp{where}]"
 
 
 def _mean(values: list[float]) -> float | None:
@@ -66,7 +83,7 @@ def jdfl_section(protocol: str | None, ok: list[dict], label: str, out_dir=None,
     if not rows:
         return lines + ["No JDFL run of this protocol.", ""]
     lines += ["Global test accuracy (all domains' held-out images), %, mean ± std over seeds; "
-              "[difference to the base standalone, pp].", ""]
+              "[difference to the base standalone, pp, seed by seed over the seeds both ran, named where either ran others].", ""]
     for short in JDFL_DATASETS:
         if not any(r["experiment"].startswith(f"JDFL/{short}/") for r in rows):
             reason = (why or {}).get((f"JDFL/{short}/main", "*"))
@@ -197,11 +214,12 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
         out += ["Main table: each base standalone (C-way head) and with JDFL's expanded head, M from the elbow.", ""]
         table = []
         for b in BASES:
-            base = _acc(main.get(b))
-            table.append([b, _text(base)] + [_text(got := _acc(main.get(f"{b}+{s}"))) + _delta(got, base) for s in SCHEMES])
+            table.append([b, _text(_acc(main.get(b)))]
+                         + [_text(_acc(main.get(f"{b}+{s}"))) + _delta(main.get(f"{b}+{s}"), main.get(b)) for s in SCHEMES])
         out += _table(["base", "standalone", "+ JDFL graded", "+ JDFL random"], table) + [""]
         if any(_best(rs) for rs in main.values()):
-            best_table = [[b, _text(_best(main.get(b)))] + [_text(g := _best(main.get(f"{b}+{s}"))) + _delta(g, _best(main.get(b)))
+            best_table = [[b, _text(_best(main.get(b)))] + [_text(_best(main.get(f"{b}+{s}")))
+                                                         + _delta(main.get(f"{b}+{s}"), main.get(b), _best_of)
                                                          for s in SCHEMES] for b in BASES]
             out += ["Best round (the maximum global accuracy over rounds, as the JDFL text reports; the table above is "
                     "after the last round).", ""]
@@ -214,37 +232,35 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
     if replicate:
         table = []
         for b in BASES:
-            base = _acc(main.get(b))
-            table.append([b, _text(base)] + [_text(g := _acc(replicate.get(f"{b}+{s}(init=replicate)"))) + _delta(g, base)
-                                             for s in SCHEMES])
+            table.append([b, _text(_acc(main.get(b)))] + [_text(_acc(got := replicate.get(f"{b}+{s}(init=replicate)")))
+                                                          + _delta(got, main.get(b)) for s in SCHEMES])
         out += ["Replicated head (`init=replicate`: the expanded head starts as M copies of the base's C-way head, "
                 "so the collapsed output starts as the base's; main's cells draw it anew).", ""]
         out += _table(["base", "standalone", "+ graded, replicated head", "+ random, replicated head"], table) + [""]
     if per_sample:
         table = []
         for b in BASES:
-            base, step = _acc(main.get(b)), _acc(main.get(f"{b}+jdfl-random"))
-            got = _acc(per_sample.get(f"{b}+jdfl-random(draw=sample)"))
-            table.append([b, _text(base), _text(step) + _delta(step, base), _text(got) + _delta(got, base)])
+            base, step = main.get(b), main.get(f"{b}+jdfl-random")
+            got = per_sample.get(f"{b}+jdfl-random(draw=sample)")
+            table.append([b, _text(_acc(base)), _text(_acc(step)) + _delta(step, base), _text(_acc(got)) + _delta(got, base)])
         out += ["Random scheme, slot fixed per sample (`draw=sample`: each sample keeps one pseudo-domain slot for the "
                 "run) beside main's slot drawn anew at every step.", ""]
         out += _table(["base", "standalone", "+ random, per step (main)", "+ random, per sample"], table) + [""]
     if ablation or main:
-        fedavg = _acc(main.get("FedAvg"))
-        table = [["FedAvg (C-way head)", _text(fedavg)]]
+        fedavg = main.get("FedAvg")
+        table = [["FedAvg (C-way head)", _text(_acc(fedavg))]]
         for name, label in (("FedAvg+expanded-hard", "expanded head, hard client-fixed joint labels"),
                             ("FedAvg+jdfl-graded", "expanded head, graded (JDFL)"),
                             ("FedAvg+jdfl-random", "expanded head, random (JDFL)")):
             src = ablation if name in ablation else main
-            got = _acc(src.get(name))
-            table.append([label, _text(got) + _delta(got, fedavg)])
+            table.append([label, _text(_acc(src.get(name))) + _delta(src.get(name), fedavg)])
         out += ["Ablation (FedAvg base; the claim: hard labels do not give the gain, graded and random do).", ""]
         out += _table(["head and targets", "accuracy"], table) + [""]
     if sweep:
-        fedavg = _acc(main.get("FedAvg"))
-        table = [["1 (FedAvg)", _text(fedavg), _text(fedavg)]]
+        fedavg = main.get("FedAvg")
+        table = [["1 (FedAvg)", _text(_acc(fedavg)), _text(_acc(fedavg))]]
         for m in JDFL_SLOT_SWEEP:
-            table.append([str(m)] + [_text(g := _acc(sweep.get(f"FedAvg+{s}(M={m})"))) + _delta(g, fedavg) for s in SCHEMES])
+            table.append([str(m)] + [_text(_acc(g := sweep.get(f"FedAvg+{s}(M={m})"))) + _delta(g, fedavg) for s in SCHEMES])
         out += ["M sweep (FedAvg base, M fixed; the claim: both schemes beat M = 1 throughout, little sensitivity).", ""]
         out += _table(["M", "graded", "random"], table) + [""]
     if disc:
@@ -261,8 +277,8 @@ def _variants(variants: dict[str, list[dict]], main: dict[str, list[dict]]) -> l
     for m, rs in sorted(variants.items()):
         ref = next((c for c in (m.split("(")[0], base_of(m)) if c in main), None)
         best, rounds = _best(rs), [r["extra"]["best_weighted_round"] for r in rs if "best_weighted_round" in r["extra"]]
-        table.append([f"`{m}`", _text(got := _acc(rs)) + (_delta(got, _acc(main[ref])) if ref else ""),
-                      _text(best) + (_delta(best, _best(main[ref])) if ref else ""),
+        table.append([f"`{m}`", _text(_acc(rs)) + (_delta(rs, main[ref]) if ref else ""),
+                      _text(best) + (_delta(rs, main[ref], _best_of) if ref else ""),
                       ", ".join(map(str, rounds)) or "-", f"`{ref}`" if ref else "-"])
     return (["Variants run on the main table's setting (not among its cells); [difference to the main cell named].", ""]
             + _table(["method", "last round", "best round", "best at round", "main cell"], table) + [""])
