@@ -32,13 +32,25 @@ def _by(rows: list[dict], experiment: str) -> dict[str, list[dict]]:
     return out
 
 
+def _last(r: dict) -> float | None:
+    return r["weighted_accuracy"]
+
+
+def _best_of(r: dict) -> float | None:
+    """The maximum global accuracy over rounds (what the JDFL text reports), where the run stored its curve."""
+    return (r.get("extra") or {}).get("best_weighted_accuracy")
+
+
 def _acc(rows: list[dict] | None) -> list[float]:
-    return [r["weighted_accuracy"] for r in rows or [] if r["weighted_accuracy"] is not None]
+    return [v for r in rows or [] if (v := _last(r)) is not None]
 
 
 def _best(rows: list[dict] | None) -> list[float]:
-    """The maximum global accuracy over rounds (what the JDFL text reports), where the run stored its curve."""
-    return [r["extra"]["best_weighted_accuracy"] for r in rows or [] if "best_weighted_accuracy" in (r.get("extra") or {})]
+    return [v for r in rows or [] if (v := _best_of(r)) is not None]
+
+
+def _by_seed(rows: list[dict] | None, value) -> dict[int, float]:
+    return {r["seed"]: v for r in rows or [] if (v := value(r)) is not None}
 
 
 def _text(values: list[float]) -> str:
@@ -48,25 +60,16 @@ def _text(values: list[float]) -> str:
     return mean + (f" ± {pct(statistics.stdev(values))}" if len(values) >= 2 else "") + f" (n={len(values)})"
 
 
-def _last(r: dict) -> float | None:
-    return r["weighted_accuracy"]
-
-
-def _best_of(r: dict) -> float | None:
-    return (r.get("extra") or {}).get("best_weighted_accuracy")
-
-
 def _delta(rows: list[dict] | None, ref: list[dict] | None, value=_last) -> str:
     """rows minus ref, seed by seed over the seeds both ran (a mean over unequal seed sets would
     mix the seed spread into the difference); names those seeds where either side ran others."""
-    mine = {r["seed"]: v for r in rows or [] if (v := value(r)) is not None}
-    theirs = {r["seed"]: v for r in ref or [] if (v := value(r)) is not None}
+    mine, theirs = _by_seed(rows, value), _by_seed(ref, value)
     if not mine or not theirs:
         return ""
-    common = sorted(set(mine) & set(theirs))
+    common = sorted(mine.keys() & theirs.keys())
     if not common:
         return " [no seed in common]"
-    diff = 100 * statistics.fmean(mine[s] - theirs[s] for s in common)
+    diff = 100 * statistics.fmean(_paired(rows, ref, value=value))
     where = "" if set(mine) == set(theirs) else f" on seed{'s' * (len(common) > 1)} {', '.join(map(str, common))}"
     return f" [{diff:+.1f} pp{where}]"
 
@@ -400,11 +403,10 @@ def _measure(r: dict) -> float | None:
     return (r.get("extra") or {}).get("best_weighted_accuracy", r["weighted_accuracy"])
 
 
-def _paired(a: list[dict] | None, b: list[dict] | None, seeds: set | None = None) -> list[float]:
+def _paired(a: list[dict] | None, b: list[dict] | None, seeds: set | None = None, value=_measure) -> list[float]:
     """a minus b, seed by seed, over the seeds both ran (and only `seeds`, where given)."""
-    by_seed = {r["seed"]: _measure(r) for r in b or [] if _measure(r) is not None}
-    return [_measure(r) - by_seed[r["seed"]] for r in sorted(a or [], key=lambda r: r["seed"])
-            if r["seed"] in by_seed and _measure(r) is not None and (seeds is None or r["seed"] in seeds)]
+    mine, theirs = _by_seed(a, value), _by_seed(b, value)
+    return [mine[s] - theirs[s] for s in sorted(mine.keys() & theirs.keys()) if seeds is None or s in seeds]
 
 
 def _verdict(diffs: list[float], expect_gain: bool = True) -> str:
