@@ -373,3 +373,33 @@ def test_a_variant_protocol_shows_only_the_published_tables_it_ran(tmp_path):
     variant = text[text.index("## Results, protocol `paper` with statistic=class_means"):]
     assert "### Table XVII: E3b" in variant and "### Table X: E1" not in variant
     assert "### Table X: E1" in text and "### Table XVIII: E3b" in text  # the preset keeps every table
+
+
+def test_an_encoder_source_variant_stands_in_for_a_paper_cell_it_alone_ran(tmp_path):
+    from fedcond.report.readme import BEGIN, END
+
+    exp = "E1/cifar10/K=2/rich"
+    pub_c, pub_o = (published("X", "cifar10", "K=2", m) for m in ("Conditional", "Oracle"))
+    con = results.connect(tmp_path / "r.sqlite")
+    save(con, exp, "Oracle", 0, pub_o - 0.01)
+    save(con, exp, "Oracle", 0, 0.10, protocol="paper[encoder_source=pacs32]")  # paper's own cell wins
+    save(con, exp, "Conditional", 0, pub_c - 0.05, protocol="paper[encoder_source=pacs32]")
+    save(con, exp, "IFCA", 0, 0.50, protocol="paper[epochs=3,encoder_source=pacs32]")  # changes more: no stand-in
+    con.close()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{BEGIN}\n{END}\n")
+    text = write_report(tmp_path / "r.sqlite", tmp_path / "out", "paper", readme=readme).read_text()
+    table = section(text, "### Table X: E1")
+    cifar = row(table, "cifar10", "K=2")
+    assert cifar[column(table, "Conditional")] == f"{100 * (pub_c - 0.05):.1f} † ({100 * pub_c:.1f}, -5.0 pp)"
+    assert cifar[column(table, "Oracle")] == f"{100 * (pub_o - 0.01):.1f} ({100 * pub_o:.1f}, -1.0 pp)"
+    assert cifar[column(table, "IFCA")].startswith("not run")
+    assert "2 of 96 published cells run" in table and "† Run under `paper[encoder_source=pacs32]`" in table
+    gaps = gaps_of(text)
+    assert f"| X | {exp} | Conditional | {100 * (pub_c - 0.05):.1f} † |" in gaps and "Oracle" not in gaps
+    assert "† Run under" in gaps
+    summary = readme.read_text()
+    assert "| X (E1 label shift) | 2 of 96 |" in summary and f"{exp} Conditional" in summary
+    assert summary.rstrip().endswith("counts toward the table.\n" + END)
+    # without its mark nothing else changes: a report of a database with no variant has no footnote
+    assert "†" not in section(text, "### Table XIII: E2a")

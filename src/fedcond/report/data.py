@@ -14,7 +14,7 @@ import io
 import json
 import sqlite3
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import results
@@ -103,6 +103,7 @@ class Cell:
     accuracies: tuple[float, ...] = ()  # mean-over-clients accuracy, one per seed
     ari: tuple[float, ...] = ()  # where the method records one (IFCA)
     failed: int = 0
+    stand_in: str | None = None  # the variant protocol this cell was run under, where it stands in for the preset's
 
     @property
     def n(self) -> int:
@@ -140,6 +141,31 @@ def cells(ok: list[dict], failed: list[dict]) -> dict[CellKey, Cell]:
         out[key] = Cell(tuple(s for s, _, _ in runs), tuple(a for _, a, _ in runs),
                         tuple(x for _, _, x in runs if x is not None), n_failed.get(key, 0))
     return out
+
+
+# Options whose change only replaces an input the paper's setting needs and these machines lack
+# (the CIFAR encoder's CIFAR-100 source, docs/choices.md): a `paper[...]` variant changing only
+# these stands in for a `paper` cell that has no run of its own, marked as such wherever shown.
+STAND_IN_OPTIONS = ("encoder_source",)
+
+
+def stands_in(protocol: str | None, preset: str = "paper") -> bool:
+    """Whether `protocol` is `preset[...]` with changes to STAND_IN_OPTIONS only."""
+    if protocol is None or not (protocol.startswith(preset + "[") and protocol.endswith("]")):
+        return False
+    changes = protocol[len(preset) + 1:-1].split(",")
+    return all(c.partition("=")[0] in STAND_IN_OPTIONS and c.partition("=")[1] for c in changes)
+
+
+def with_stand_ins(cells: dict[CellKey, Cell], preset: str = "paper") -> dict[CellKey, Cell]:
+    """`cells` plus, for every (experiment, method) that `preset` has no finished seed of, the cell of
+    a stand-in variant (the first by name), filed under `preset` and marked with the variant's name."""
+    out = dict(cells)
+    for (p, e, m), c in sorted(cells.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "", kv[0][2])):
+        own = out.get((preset, e, m))
+        if stands_in(p, preset) and c.mean is not None and (own is None or own.mean is None):
+            out[(preset, e, m)] = replace(c, stand_in=p)
+    return {k: out[k] for k in sorted(out, key=_key_order)}
 
 
 def _key_order(key: CellKey):

@@ -23,15 +23,18 @@ def summary_lines(published: list, protocol: str | None, cells: dict, explanatio
         rows.append([f"{t.table} ({md.table_title(t)})", f"{len(diffs)} of {len(t.values)}", mean, mean_abs])
     lines = md._table(["published table", "cells run", "mean difference", "mean absolute difference"], rows) + [""]
     gaps = md.gap_rows(published, protocol, cells, explanations)
+    shown = [cells.get((protocol, e, m)) for t in published for _, _, e in t.rows if e for m in t.methods]
+    note = md.stand_in_note(shown)
+    footnote = [""] + note[:-1] if note else []  # the README block ends without a blank line
     if not gaps:
-        return lines + [f"No cell run is more than {md.GAP_PP:g} pp from its published value."]
+        return lines + [f"No cell run is more than {md.GAP_PP:g} pp from its published value."] + footnote
     unexplained = sum(g[-1].startswith(md.UNEXPLAINED) for g in gaps)
     items = []
     for table, exp, method, ours, pub, diff, why in gaps:
         reason = "unexplained" if why.startswith(md.UNEXPLAINED) else why.split(";")[0].split(":")[0]
         items.append(f"{exp} {method} {ours} against {pub} ({diff}; {reason})")
     return lines + [f"Cells more than {md.GAP_PP:g} pp from the published value: {len(gaps)}; {unexplained} unexplained "
-                    "(explanations with their evidence: `docs/results/explanations.csv`): " + "; ".join(items) + "."]
+                    "(explanations with their evidence: `docs/results/explanations.csv`): " + "; ".join(items) + "."] + footnote
 
 
 def update_readme(path: str | Path, lines: list[str]) -> None:

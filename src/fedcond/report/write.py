@@ -13,7 +13,7 @@ from . import tables as md
 from .jdfl import jdfl_section, protocol_probes_section
 from .readme import summary_lines, update_readme
 from .data import cells as make_cells
-from .data import paper_results, protocol_order, published_tables, read_database
+from .data import paper_results, protocol_order, published_tables, read_database, stands_in, with_stand_ins
 
 
 def read_explanations(path: str | Path | None) -> dict:
@@ -64,8 +64,10 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
         groups = [protocol_name]
     else:
         groups = sorted({r["protocol_name"] for r in ok + failed if r["experiment"] is not None}, key=protocol_order)
-    control = [r for r in db.ok if r["protocol_name"] == md.CONTROL] if protocol_name == "paper" else []
-    cells = make_cells(ok + control, failed)  # the control sits beside paper's Conditional, not in its own section
+    # the control sits beside paper's Conditional and a stand-in variant (data.STAND_IN_OPTIONS) fills
+    # paper's cells it has no run of: both are read even when only `paper` is reported
+    beside = [r for r in db.ok if r["protocol_name"] == md.CONTROL or stands_in(r["protocol_name"])] if protocol_name == "paper" else []
+    cells = with_stand_ins(make_cells(ok + beside, failed))
     published = published_tables(paper_results())
     why = read_explanations(explanations)
 
