@@ -110,7 +110,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
                 lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
     lines += md.newcomers_section(ok)
     lines += protocol_probes_section(ok, out)
-    lines += md.walltime_section(ok)
+    lines += md.walltime_section(ok + beside)  # every row a table above reads
     lines += md.superseded_section(db.superseded)
     lines += md.failed_section(failed)
     path = out / "report.md"
