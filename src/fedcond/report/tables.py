@@ -233,11 +233,6 @@ def gap_rows(published: list, protocol: str | None, cells: dict, explanations: d
     return rows
 
 
-def gap_cells(published: list, protocol: str | None, cells: dict, explanations: dict) -> list[Cell]:
-    """The cells gap_rows lists, for their footnote."""
-    return [cells[(protocol, exp, m)] for _, exp, m, *_ in gap_rows(published, protocol, cells, explanations)]
-
-
 def gaps_section(published: list, protocol: str | None, cells: dict, explanations: dict, label: str) -> list[str]:
     rows = gap_rows(published, protocol, cells, explanations)
     lines = [f"### Cells more than {GAP_PP:g} pp from the published value, {label}", ""]
@@ -246,7 +241,7 @@ def gaps_section(published: list, protocol: str | None, cells: dict, explanation
     lines += [f"{len(rows)} cells; {sum(r[-1].startswith(UNEXPLAINED) for r in rows)} unexplained. Explanations come from "
               "`docs/results/explanations.csv` and name their evidence.", ""]
     return (lines + _table(["table", "experiment", "method", "ours", "published", "difference", "explanation"], rows) + [""]
-            + stand_in_note(gap_cells(published, protocol, cells, explanations)))
+            + stand_in_note([cells[(protocol, exp, m)] for _, exp, m, *_ in rows]))
 
 
 def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, ...], label: str) -> list[str]:
