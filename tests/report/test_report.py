@@ -403,3 +403,14 @@ def test_an_encoder_source_variant_stands_in_for_a_paper_cell_it_alone_ran(tmp_p
     assert summary.rstrip().endswith("counts toward the table.\n" + END)
     # without its mark nothing else changes: a report of a database with no variant has no footnote
     assert "†" not in section(text, "### Table XIII: E2a")
+
+
+def test_stands_in_reads_a_protocol_name_with_the_sweeps_own_parser():
+    from fedcond.report.data import stands_in
+
+    assert stands_in("paper[encoder_source=pacs32]")
+    assert not stands_in("paper") and not stands_in(None)
+    assert not stands_in("paper[encoder_source=pacs32,lr=0.02]")  # changes more than the missing input
+    assert not stands_in("short[encoder_source=pacs32]")  # another preset's variant
+    assert stands_in("short[encoder_source=pacs32]", preset="short")
+    assert not stands_in("paper[nonsense=1]") and not stands_in("paper[encoder_source=pacs32")  # not a sweep's name

@@ -20,7 +20,7 @@ from pathlib import Path
 from .. import results
 from ..algorithms import ALGORITHMS, PAPER_METHODS
 from ..errors import FedcondError
-from ..experiments import EXPERIMENTS
+from ..experiments import EXPERIMENTS, parse_variant
 
 _JSON_COLUMNS = ("scenario", "protocol", "hyperparameters", "per_client", "extra", "versions")
 _ORDER = "ORDER BY experiment, protocol_name, method, seed, id"  # deterministic, whatever the insertion order
@@ -151,10 +151,13 @@ STAND_IN_OPTIONS = ("encoder_source",)
 
 def stands_in(protocol: str | None, preset: str = "paper") -> bool:
     """Whether `protocol` is `preset[...]` with changes to STAND_IN_OPTIONS only."""
-    if protocol is None or not (protocol.startswith(preset + "[") and protocol.endswith("]")):
+    if protocol is None:
         return False
-    changes = protocol[len(preset) + 1:-1].split(",")
-    return all(c.partition("=")[0] in STAND_IN_OPTIONS and c.partition("=")[1] for c in changes)
+    try:
+        base, changes = parse_variant(protocol)
+    except FedcondError:
+        return False  # not a name a sweep writes: nothing stands in
+    return base == preset and bool(changes) and set(changes) <= set(STAND_IN_OPTIONS)
 
 
 def with_stand_ins(cells: dict[CellKey, Cell], preset: str = "paper") -> dict[CellKey, Cell]:
