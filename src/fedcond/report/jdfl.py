@@ -69,7 +69,7 @@ def _delta(rows: list[dict] | None, ref: list[dict] | None, value=_last) -> str:
     common = sorted(mine.keys() & theirs.keys())
     if not common:
         return " [no seed in common]"
-    diff = 100 * statistics.fmean(_paired(rows, ref, value=value))
+    diff = 100 * statistics.fmean(mine[s] - theirs[s] for s in common)
     where = "" if set(mine) == set(theirs) else f" on seed{'s' * (len(common) > 1)} {', '.join(map(str, common))}"
     return f" [{diff:+.1f} pp{where}]"
 
