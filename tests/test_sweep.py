@@ -106,13 +106,14 @@ def test_a_cell_to_run_is_estimated_from_the_recorded_cells_most_like_it(tmp_pat
     got = estimate_seconds([
         cell("E1/mnist/K=2/rich", "Local"),  # the same cell, another seed
         cell("E3b/mnist/K=2/rich", "Local", 0),  # the same dataset and sparsity: median of 100 and 300
-        cell("E1/mnist/K=2/super_sparse", "Local", 0),  # the same dataset only: median of 100 and 300
+        cell("E1/mnist/K=2/super_sparse", "Local", 0),  # the same family and dataset, another sparsity
+        cell("E2a/mnist/K=2/super_sparse", "Local", 0),  # the same dataset only: median of 100 and 300
         cell("E2a/mnist/K=2/super_sparse", "Gossip(independent_init=false)", 0),  # the method's base name
         cell("E1/fmnist/K=2/rich", "Local", 0),  # nothing like it
         cell("E1/mnist/K=2/rich", "FedAvg", 0),  # only a failed row
     ], con)
     con.close()
-    assert got == [100.0, 200.0, 200.0, 700.0, None, None]
+    assert got == [100.0, 200.0, 100.0, 200.0, 700.0, None, None]
 
 
 def test_divergence_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
