@@ -120,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="run every (experiment, method, seed) not yet in the results database")
     sw.add_argument("pattern", help="experiment names: a glob such as 'E1/mnist/*', or a comma list, run in its order")
     sw.add_argument("--protocol", choices=list(PROTOCOLS),
-                    help="paper (SPEC A.4), jdfl (JDFL's: plain lr 0.01, evaluated every round), smoke (tiny, for CI) or "
-                    "short (4 epochs: fits a 2-core session); default: each experiment's own (jdfl for JDFL/*, else paper)")
+                    help="paper (SPEC A.4), jdfl (JDFL's: lr 0.01, no weight decay; momentum 0.9 and 100 rounds "
+                    "by probe; evaluated every round), smoke (tiny, for CI) or short (4 epochs: fits a 2-core "
+                    "session); default: each experiment's own (jdfl for JDFL/*, else paper)")
     sw.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
     sw.add_argument("--methods", help="comma list or all (default: the experiment's, the paper's eight)")
     sw.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
