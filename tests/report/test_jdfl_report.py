@@ -189,3 +189,15 @@ def test_differences_pair_seeds_and_name_them_where_the_sets_differ():
     assert _delta(rows((2, 0.71)), base) == " [+1.0 pp on seed 2]"  # not +11.0 against the three-seed mean
     assert _delta(rows((1, 0.62), (2, 0.70), (5, 0.9)), base) == " [+1.0 pp on seeds 1, 2]"
     assert _delta(rows((7, 0.9)), base) == " [no seed in common]" and _delta([], base) == ""
+
+
+def test_feddyns_server_model_is_shown_beside_the_evaluated_client_average(tmp_path):
+    db = tmp_path / "j.sqlite"
+    con = results.connect(db)
+    for seed, (avg, server) in enumerate(((0.60, 0.58), (0.62, 0.61))):
+        _save(con, "JDFL/pacs/main", "FedDyn", seed, 0.65, {"server_model_accuracy": server}, accuracy=avg)
+    _save(con, "JDFL/pacs/main", "FedAvg", 0, 0.65)
+    con.close()
+    jd = write_report(db, tmp_path / "out").read_text()
+    assert "| FedDyn | 61.0 ± 1.4 (n=2) | 59.5 ± 2.1 (n=2) | -1.5 |" in jd
+    assert "FedDyn+jdfl-graded |" not in jd.split("FedDyn's two models")[1].split("\n\n")[1]  # no row without runs

@@ -228,6 +228,7 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
                     "after the last round).", ""]
             out += _table(["base", "standalone", "+ JDFL graded", "+ JDFL random"], best_table) + [""]
         out += _per_domain(main)
+        out += _feddyn_models(main)
         out += _pseudo_domains(main)
         out += _sample_pairs(main)
     if main:
@@ -285,6 +286,24 @@ def _variants(variants: dict[str, list[dict]], main: dict[str, list[dict]]) -> l
                       ", ".join(map(str, rounds)) or "-", f"`{ref}`" if ref else "-"])
     return (["Variants run on the main table's setting (not among its cells); [difference to the main cell named].", ""]
             + _table(["method", "last round", "best round", "best at round", "main cell"], table) + [""])
+
+
+def _feddyn_models(main: dict[str, list[dict]]) -> list[str]:
+    """FedDyn keeps two models: the clients' plain average, which it is evaluated on (what its authors' code
+    reports), and the server model theta it broadcasts, whose accuracy each row keeps beside it."""
+    table = []
+    for method in ("FedDyn", *(f"FedDyn+{s}" for s in SCHEMES)):
+        rs = [r for r in main.get(method) or [] if "server_model_accuracy" in r["extra"]]
+        if rs:
+            avg, server = [r["accuracy"] for r in rs], [r["extra"]["server_model_accuracy"] for r in rs]
+            diff = 100 * statistics.fmean(s - a for s, a in zip(server, avg))
+            table.append([method, _text(avg), _text(server), f"{diff:+.1f}"])
+    if not table:
+        return []
+    return (["FedDyn's two models after the last round (accuracy %, mean over clients): the clients' plain average "
+             "(the model every table here evaluates, as the FedDyn authors' code reports) and the server model theta it "
+             "broadcasts; the difference is theta's minus the average's, pp, paired by seed.", ""]
+            + _table(["method", "client average (evaluated)", "server model theta", "theta minus average"], table) + [""])
 
 
 def _per_domain(main: dict[str, list[dict]]) -> list[str]:
