@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 
 import fedcond.data as fd
+import fedcond.data.cifar as cifar
 from fedcond.data import DomainData, ImageData
 
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
@@ -61,8 +62,6 @@ def test_cifar10_jpeg_copy_decoded_and_cached(shared_dir, gen, monkeypatch):
     assert len(cached) >= 1
     # the second load reads the cache: neither the container nor a JPEG is touched (a check of what runs,
     # not of how long it takes, which a busy machine stretches)
-    import fedcond.data.cifar as cifar
-
     def must_not_run(*args, **kwargs):
         raise AssertionError("the cached CIFAR-10 was decoded again")
 
