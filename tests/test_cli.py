@@ -223,8 +223,12 @@ def test_sweep_dry_run_marks_recorded_cells(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "Local,FedAvg,Oracle",
                            "--seeds", "1", "--db", str(db), "--dry-run")
     assert code == 0 and "todo  E1/mnist/K=2/rich  FedAvg  seed 1  [smoke]  ~30 min" in out
-    assert out.strip().endswith("3 cells: 0 already in " + str(db) + ", 3 to run"
-                                " (~0.5 core-hours at the recorded times of like cells; 2 with no like cell recorded)")
+    summary, basis = out.strip().splitlines()[-2:]
+    assert summary == ("3 cells: 0 already in " + str(db) + ", 3 to run"
+                       " (~0.5 core-hours at the recorded times of like cells; 2 with no like cell recorded)")
+    from fedcond.estimate import this_machine
+
+    assert basis == f"estimates for this {this_machine()} machine from {this_machine()} rows as recorded"
 
 
 def test_sweep_dry_run_counts_only_the_rounds_a_checkpoint_leaves(capsys, tmp_path):

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -15,9 +16,10 @@ import pytest
 
 from fedcond import results
 from fedcond.errors import FedcondError
+from fedcond.estimate import estimate_seconds
 from fedcond.experiments import EXPERIMENTS, PROTOCOLS, select
 from fedcond.protocol import PAPER
-from fedcond.sweep import Cell, estimate_seconds, plan, run_sweep
+from fedcond.sweep import Cell, plan, run_sweep
 from fedcond_testing import SHARED, rows_so_far, shared_file
 
 
@@ -114,6 +116,53 @@ def test_a_cell_to_run_is_estimated_from_the_recorded_cells_most_like_it(tmp_pat
     ], con)
     con.close()
     assert got == [100.0, 200.0, 100.0, 200.0, 700.0, None, None]
+
+
+def test_rows_from_another_kind_of_machine_are_scaled_by_the_ratio_the_database_shows(tmp_path):
+    from types import SimpleNamespace
+
+    from fedcond.estimate import Estimator, machine_kind
+
+    con = results.connect(tmp_path / "r.sqlite")
+
+    def row(name, method, seed, seconds, cpu=None, device="cpu"):
+        e = EXPERIMENTS[name]
+        done = SimpleNamespace(hyperparameters={}, accuracy=0.5, accuracy_std=0.0, weighted_accuracy=0.5, per_client=[],
+                               extra={}, rounds=20, seconds=seconds)
+        results.save_run(con, family=e.family, dataset=e.dataset, scenario={"clients_per_cluster": e.clients_per_cluster},
+                         method=method, seed=seed, protocol={}, result=done, experiment=name, protocol_name="paper",
+                         device=device, ran_with={"cpu": f"Some CPU ({cpu}; torch uses {cpu})"} if cpu else {"torch": "x"})
+
+    row("E1/mnist/K=2/rich", "Local", 0, 100.0, "avx512")
+    row("E1/mnist/K=2/rich", "Local", 1, 250.0, "avx2")  # 2.5x longer here
+    row("E3a/mnist/K=2/rich", "Local", 0, 100.0, "avx512")
+    row("E3a/mnist/K=2/rich", "Local", 1, 300.0, "avx2")  # 3x: the median ratio is 2.75
+    row("E1/mnist/K=2/rich", "Local", 2, 190.0, "avx512")  # run beside others: the fastest time counts
+    row("E1/mnist/K=2/rich", "FedAvg", 0, 200.0, "avx512")
+    row("E1/mnist/K=2/rich", "Oracle", 0, 10.0, device="cuda")  # no cell ran both here and on the GPU
+    row("E1/fmnist/K=2/rich", "Local", 0, 40.0)  # a row that did not record its CPU
+    assert [machine_kind(*r) for r in con.execute("SELECT device, versions FROM runs ORDER BY id")] == \
+        ["cpu avx512", "cpu avx2"] * 2 + ["cpu avx512"] * 2 + ["cuda", None]
+
+    def cell(name, method):
+        return Cell(EXPERIMENTS[name], method, 3, "paper")
+
+    on_avx2 = Estimator(con, here="cpu avx2")
+    assert on_avx2.ratios == {"cpu avx512": (2.75, 2)}
+    assert on_avx2.seconds(cell("E1/mnist/K=2/rich", "Local")) == 250.0  # this kind's own rows, the others ignored
+    assert on_avx2.basis() == "estimates for this cpu avx2 machine from cpu avx2 rows as recorded"
+    assert on_avx2.seconds(cell("E1/mnist/K=2/rich", "FedAvg")) == 550.0  # 200 s on AVX-512, x2.75
+    assert on_avx2.seconds(cell("E1/mnist/K=2/rich", "Oracle")) == 10.0
+    assert on_avx2.seconds(cell("E1/fmnist/K=2/rich", "Local")) == 40.0
+    assert on_avx2.basis() == ("estimates for this cpu avx2 machine from cpu avx2 rows as recorded;"
+                               " rows of machines that did not record their CPU unscaled (no cell recorded on both; times here"
+                               " may differ 2-3x); cpu avx512 rows x2.75 (the median ratio over 2 cells recorded on both);"
+                               " cuda rows unscaled (no cell recorded on both; times here may differ 2-3x)")
+    on_avx512 = Estimator(con, here="cpu avx512")
+    assert on_avx512.seconds(cell("E1/mnist/K=2/rich", "FedAvg")) == 200.0
+    assert on_avx512.seconds(cell("E1/mnist/K=2/rich", "Local")) == 145.0  # the median of 100 and 190
+    assert on_avx512.ratios["cpu avx2"] == (statistics.median([100 / 250, 100 / 300]), 2)
+    con.close()
 
 
 def test_divergence_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):

@@ -304,15 +304,17 @@ def _experiments(args) -> int:
 
 def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True) -> int:
     """Every cell the sweep would run, marked done where the database holds it, with the time a
-    cell to run is expected to take (sweep.estimate_seconds; for a cell a checkpoint resumes, the
-    share of its rounds left); nothing runs."""
+    cell to run is expected to take on this kind of machine (estimate.Estimator; for a cell a
+    checkpoint resumes, the share of its rounds left); nothing runs."""
     from . import results
-    from .sweep import estimate_seconds, resumable
+    from .estimate import Estimator
+    from .sweep import resumable
 
     con = results.connect(db)
     try:
         done = results.finished_cells(con)
-        expected = estimate_seconds(cells, con)
+        estimator = Estimator(con)
+        expected = [estimator.seconds(c) if c.key not in done else None for c in cells]
     finally:
         con.close()
     resumes = resumable([c for c in cells if c.key not in done], db, data_dir) if resumes else {}
@@ -333,6 +335,8 @@ def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True) -> int:
         summary += (f" (~{sum(known) / 3600:.1f} core-hours at the recorded times of like cells"
                     + (f"; {unknown} with no like cell recorded" if unknown else "") + ")")
     print(summary)
+    if known:
+        print(estimator.basis())
     return 0
 
 

@@ -69,41 +69,6 @@ def plan(experiments: list[Experiment], methods: str | None, seeds: list[int], p
     return cells
 
 
-def estimate_seconds(cells: list[Cell], con) -> list[float | None]:
-    """Each cell's expected wall time from the finished rows of `con` most like it: the median
-    `seconds` of the same experiment, method and protocol (other seeds); else of the same dataset,
-    clients per cluster, client count, method and protocol (another family at the same sparsity);
-    else of the same family, dataset, method and protocol (another setting of the family: E4a pools
-    two datasets, so it costs about twice what other MNIST cells do); else of the same dataset,
-    method and protocol; else of the same dataset and protocol with the method's base name (options
-    dropped: `FedAvg+jdfl-graded(M=2)` -> `FedAvg+jdfl-graded`).
-    None where no row is like it. Recorded times are what those runs took, however busy the
-    machine was then: an estimate for planning, not a benchmark."""
-    import json
-    import statistics
-
-    def keys(exp, family, dataset, per_cluster, clients, method, pname) -> tuple:  # most alike first
-        base = method.split("(", 1)[0]
-        return ((exp, method, pname), (dataset, per_cluster, clients, method, pname), (family, dataset, method, pname),
-                (dataset, method, pname), (dataset, base, pname))
-
-    levels: list[dict[tuple, list[float]]] = [{}, {}, {}, {}, {}]
-    rows = con.execute("SELECT experiment, family, dataset, scenario, method, protocol_name, seconds FROM runs"
-                       " WHERE status = 'ok' AND seconds IS NOT NULL AND experiment IS NOT NULL").fetchall()
-    for exp, family, dataset, scenario, method, pname, sec in rows:
-        sc = json.loads(scenario or "{}")
-        like = keys(exp, family, dataset, sc.get("clients_per_cluster"), sc.get("clients"), method, pname)
-        for level, key in zip(levels, like):
-            level.setdefault(key, []).append(sec)
-    out = []
-    for c in cells:
-        e = c.experiment
-        like = keys(e.name, e.family, e.dataset, e.clients_per_cluster, e.clients, c.method, c.protocol_name)
-        found = next((level[k] for level, k in zip(levels, like) if k in level), None)
-        out.append(statistics.median(found) if found else None)
-    return out
-
-
 def _record(con, cell: Cell, spec, proto, res, counts: dict, ran_with: dict | None = None) -> str:
     """Write one finished cell (its own transaction) and say how it went; ran_with: the versions where
     it computed, if elsewhere (results.save_run)."""

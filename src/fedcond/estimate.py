@@ -1,0 +1,121 @@
+"""How long a sweep's cells will take: from the recorded rows most like each cell, on this kind of machine.
+
+One cell's wall time differs 2-3x between machines of one kind (the same JDFL run: 27-30 min on an
+AVX-512 Xeon, 51-56 min on an AVX2 EPYC), so a row recorded on another kind of machine counts only
+scaled by the speed ratio the database itself shows between the two kinds (the same cells recorded on
+both), and unscaled, with a note saying so, where it shows none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+
+
+def machine_kind(device: str, versions: str | dict | None) -> str | None:
+    """'cpu avx512', 'cpu avx2', ... for a CPU row (its vector ISA, from results.versions()), the device
+    for any other ('cuda'); None for a CPU row that did not record its CPU (rows made before it did)."""
+    if device != "cpu":
+        return device
+    recorded = json.loads(versions or "{}") if not isinstance(versions, dict) else versions
+    isa = re.search(r"\((\w+);", recorded.get("cpu", ""))
+    return f"cpu {isa.group(1)}" if isa else None
+
+
+def this_machine() -> str:
+    """The kind of machine a local sweep runs on (sweeps train on the CPU)."""
+    from .models.cpu_kernels.build import vector_isa
+
+    return f"cpu {vector_isa()}"
+
+
+def _likeness(exp, family, dataset, per_cluster, clients, method, pname) -> tuple:
+    """The keys a cell shares with recorded rows, most alike first: the same experiment, method and
+    protocol (other seeds); the same dataset, clients per cluster, client count, method and protocol
+    (another family at the same sparsity); the same family, dataset, method and protocol (another
+    setting of the family: E4a pools two datasets, so it costs about twice what other MNIST cells
+    do); the same dataset, method and protocol; the same dataset and protocol with the method's base
+    name (options dropped: `FedAvg+jdfl-graded(M=2)` -> `FedAvg+jdfl-graded`)."""
+    base = method.split("(", 1)[0]
+    return ((exp, method, pname), (dataset, per_cluster, clients, method, pname), (family, dataset, method, pname),
+            (dataset, method, pname), (dataset, base, pname))
+
+
+class Estimator:
+    """Expected wall times of cells from the finished rows of one results database, for machines of
+    kind `here` (default: this one). Recorded times are what those runs took, however busy the
+    machine was then: an estimate for planning, not a benchmark."""
+
+    def __init__(self, con, here: str | None = None):
+        self.here = here or this_machine()
+        self.levels: list[dict[tuple, list[tuple[str | None, float]]]] = [{}, {}, {}, {}, {}]
+        rows = con.execute("SELECT experiment, family, dataset, scenario, method, protocol_name, seconds, device, versions"
+                           " FROM runs WHERE status = 'ok' AND seconds IS NOT NULL AND experiment IS NOT NULL").fetchall()
+        for exp, family, dataset, scenario, method, pname, sec, device, versions in rows:
+            sc = json.loads(scenario or "{}")
+            kind = machine_kind(device, versions)
+            for level, key in zip(self.levels, _likeness(exp, family, dataset, sc.get("clients_per_cluster"),
+                                                         sc.get("clients"), method, pname)):
+                level.setdefault(key, []).append((kind, sec))
+        self.ratios = self._ratios()
+        self.used: dict[str | None, int] = {}  # kind of machine -> rows it lent to the estimates so far
+
+    def _ratios(self) -> dict[str | None, tuple[float, int]]:
+        """kind -> (how many times longer a cell takes here than there, cells it is the median of):
+        over the cells (experiment, method, protocol) recorded both here and there, the ratio of
+        their fastest times. The fastest, not the median: a recorded time also holds whatever else
+        the machine ran then and the code of that day (a seed run beside two others, or before a
+        speed-up, took 1.5-4x longer), and the fastest of each side holds least of both."""
+        per_kind: dict[str | None, list[float]] = {}
+        for recorded in self.levels[0].values():
+            times: dict[str | None, list[float]] = {}
+            for kind, sec in recorded:
+                times.setdefault(kind, []).append(sec)
+            if self.here not in times:
+                continue
+            here = min(times[self.here])
+            for kind, secs in times.items():
+                if kind != self.here:
+                    per_kind.setdefault(kind, []).append(here / min(secs))
+        return {kind: (statistics.median(r), len(r)) for kind, r in per_kind.items()}
+
+    def seconds(self, cell) -> float | None:
+        """The median time of the rows most like `cell`: those recorded on this kind of machine where
+        the most alike level has any, else all of that level's, each scaled to this kind where the
+        database shows the ratio. None where no row is like it."""
+        e = cell.experiment
+        like = _likeness(e.name, e.family, e.dataset, e.clients_per_cluster, e.clients, cell.method, cell.protocol_name)
+        found = next((level[k] for level, k in zip(self.levels, like) if k in level), None)
+        if not found:
+            return None
+        mine = [sec for kind, sec in found if kind == self.here]
+        if mine:
+            self.used[self.here] = self.used.get(self.here, 0) + len(mine)
+            return statistics.median(mine)
+        for kind, _ in found:
+            self.used[kind] = self.used.get(kind, 0) + 1
+        return statistics.median(sec * self.ratios.get(kind, (1.0, 0))[0] for kind, sec in found)
+
+    def basis(self) -> str:
+        """Which machines the estimates so far came from, and how they were scaled (one line)."""
+        def rows(kind):
+            return f"{kind} rows" if kind else "rows of machines that did not record their CPU"
+
+        parts = []
+        for kind in sorted(self.used, key=lambda k: (k != self.here, str(k))):
+            if kind == self.here:
+                parts.append(f"{rows(kind)} as recorded")
+            elif kind in self.ratios:
+                ratio, cells = self.ratios[kind]
+                parts.append(f"{rows(kind)} x{ratio:.2f} (the median ratio over {cells} cell{'s' * (cells != 1)}"
+                             f" recorded on both)")
+            else:
+                parts.append(f"{rows(kind)} unscaled (no cell recorded on both; times here may differ 2-3x)")
+        return f"estimates for this {self.here} machine from " + "; ".join(parts) if parts else ""
+
+
+def estimate_seconds(cells: list, con, here: str | None = None) -> list[float | None]:
+    """Each cell's expected wall time on a machine of kind `here` (Estimator.seconds)."""
+    estimator = Estimator(con, here)
+    return [estimator.seconds(c) for c in cells]
