@@ -96,9 +96,9 @@ def test_winograd_block_equals_stock_layers_on_any_even_size(ext, shape):
         assert torch.equal(a, e), name
 
 
-@pytest.mark.parametrize("cin,cout,side", [(32, 32, 32), (32, 64, 16), (64, 64, 6)])
+@pytest.mark.parametrize("cin,cout,side", [(32, 32, 32), (32, 64, 16), (64, 64, 6), (64, 128, 6)])
 def test_winograd_conv_equals_the_stock_conv_exactly_on_integer_data(ext, cin, cout, side):
-    """The unpooled Winograd conv (CIFAR's convs): output and all three gradients, bitwise."""
+    """The unpooled Winograd conv (CIFAR's convs, the light CNN's 64 -> 128): output and all three gradients, bitwise."""
     torch.manual_seed(cin + cout + side)
     x = torch.randint(-2, 3, (3, cin, side, side)).float().contiguous(memory_format=CL).requires_grad_()
     w = torch.randint(-2, 3, (cout, cin, 3, 3)).float().requires_grad_()
@@ -173,26 +173,27 @@ def test_group_norm_pool_kernel_routes_gradients_as_the_stock_layers_at_ties(ext
 
 
 def test_light_cnn_with_kernels_trains_like_the_stock_layers(ext, monkeypatch):
-    """JDFL's light CNN: every block's GroupNorm-pool-ReLU by the kernel and its conv 32 -> 64 by
-    Winograd; same state_dict, gradients and outputs within float rounding."""
+    """JDFL's light CNN: every block's GroupNorm-pool-ReLU by the kernel and its convs 32 -> 64 and
+    64 -> 128 by Winograd; same state_dict, gradients and outputs within float rounding."""
     from fedcond.models.light_cnn import LightCNN
 
-    calls = []
-    kernel = cpu_kernels.GroupNormPoolReLU.apply
+    calls, convs = [], []
+    kernel, winograd = cpu_kernels.GroupNormPoolReLU.apply, cpu_kernels.WinogradConv.apply
     monkeypatch.setattr(cpu_kernels.GroupNormPoolReLU, "apply", lambda *a: calls.append(1) or kernel(*a))
+    monkeypatch.setattr(cpu_kernels.WinogradConv, "apply", lambda x, w, b: convs.append(tuple(w.shape[:2])) or winograd(x, w, b))
 
     torch.manual_seed(8)
     stock = LightCNN((3, 32, 32), 28).to(memory_format=CL)
     fast = LightCNN((3, 32, 32), 28).to(memory_format=CL)
     fast.load_state_dict(stock.state_dict())
     fast.use_cpu_kernels()
-    assert fast.kernels == [(False, True), (True, True), (False, True)]
+    assert fast.kernels == [(False, True), (True, True), (True, True)]
     assert list(fast.state_dict()) == list(stock.state_dict())
     x = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8).contiguous(memory_format=CL)
     y = torch.randint(0, 28, (6,))
     for m in (stock, fast):
         F.cross_entropy(m(x), y).backward()
-    assert len(calls) == 3  # the kernel ran in every block, not the stock fallback
+    assert len(calls) == 3 and convs == [(64, 32), (128, 64)]  # the kernels ran, not the stock fallback
     for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-3, atol=1e-5), name
     with torch.no_grad():
@@ -417,7 +418,7 @@ def test_dispatch_keeps_only_kernels_measured_faster_than_stock(fresh_dispatch):
     assert cpu_kernels.status()["enabled"]["conv_pool"] is False
     from fedcond.models.light_cnn import LightCNN
 
-    assert LightCNN((3, 32, 32), 7).use_cpu_kernels().kernels == [(False, True), (True, True), (False, True)]
+    assert LightCNN((3, 32, 32), 7).use_cpu_kernels().kernels == [(False, True), (True, True), (True, True)]
 
 
 def test_dispatch_falls_back_to_the_stock_layers_where_every_kernel_is_slower(fresh_dispatch):

@@ -202,7 +202,7 @@ class GroupNormPoolReLU(torch.autograd.Function):
         return gin.permute(0, 3, 1, 2), ggamma, gbeta, None, None
 
 
-WINOGRAD_CHANNELS = {(32, 32), (32, 64), (64, 64)}  # (in, out) pairs compiled in kernels.cpp
+WINOGRAD_CHANNELS = {(32, 32), (32, 64), (64, 64), (64, 128)}  # (in, out) pairs compiled in kernels.cpp
 
 
 def _plain_3x3(conv: torch.nn.Module) -> bool:

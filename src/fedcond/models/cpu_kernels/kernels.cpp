@@ -403,6 +403,7 @@ bool winograd_dispatch(int64_t CI, int64_t CO, const float* x, const float* U, c
     FEDCOND_WINO(32, 32)
     FEDCOND_WINO(32, 64)
     FEDCOND_WINO(64, 64)
+    FEDCOND_WINO(64, 128)
   }
 #undef FEDCOND_WINO
   return false;
@@ -646,7 +647,7 @@ void fedcond_conv_pool_bwd(const float* x, const float* w, const float* g, const
 }
 
 // conv2d(x, w, b, padding=1) for x NHWC [B, H, W, CI] (even sides), w [CO, CI, 3, 3]: out NHWC
-// [B, H, W, CO]. Returns 0, or -1 where (CI, CO) is not one of (32, 32), (32, 64), (64, 64).
+// [B, H, W, CO]. Returns 0, or -1 where (CI, CO) is not one of (32, 32), (32, 64), (64, 64), (64, 128).
 int fedcond_winograd_fwd(const float* x, const float* w, const float* b, float* out, int64_t B, int64_t H,
                          int64_t Wd, int64_t CI, int64_t CO) {
   std::vector<float> U(16 * CI * CO);

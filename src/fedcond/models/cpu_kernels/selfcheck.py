@@ -32,6 +32,7 @@ KERNELS = {
     "winograd_32_32": "conv 32->32 at 32x32 by Winograd (CIFAR CNN)",
     "winograd_32_64": "conv 32->64 at 16x16 by Winograd (CIFAR CNN, FiLM MNIST; JDFL light CNN block 2)",
     "winograd_64_64": "conv 64->64 at 16x16 by Winograd (CIFAR CNN)",
+    "winograd_64_128": "conv 64->128 at 14x14 by Winograd (JDFL light CNN block 3)",
     "gn_pool_relu": "GroupNorm (8 groups), pool, ReLU, 32ch 56x56 + 64ch 28x28 + 128ch 14x14 (JDFL light CNN)",
 }
 BATCH = 32
@@ -82,7 +83,7 @@ def _cases(batch: int) -> dict[str, tuple[Callable[[], None], ...]]:
 
     cases["pool_relu"] = (lambda: pool(PoolReLU.apply),
                           lambda: pool(lambda x: F.relu(F.max_pool2d(x, 2), inplace=True)))
-    for cin, cout, side in ((32, 32, 32), (32, 64, 16), (64, 64, 16)):
+    for cin, cout, side in ((32, 32, 32), (32, 64, 16), (64, 64, 16), (64, 128, 14)):
         x, w, b = rand(batch, cin, side, side, grad=True), rand(cout, cin, 3, 3, grad=True), rand(cout, grad=True)
         g = rand(batch, cout, side, side)
         cases[f"winograd_{cin}_{cout}"] = (
