@@ -292,7 +292,7 @@ def _feddyn_models(main: dict[str, list[dict]]) -> list[str]:
     """FedDyn keeps two models: the clients' plain average, which it is evaluated on (what its authors' code
     reports), and the server model theta it broadcasts, whose accuracy each row keeps beside it."""
     table = []
-    for method in ("FedDyn", *(f"FedDyn+{s}" for s in SCHEMES)):
+    for method in (m for m in MAIN_CELLS if m.split("+")[0] == "FedDyn"):
         rs = [r for r in main.get(method) or [] if "server_model_accuracy" in r["extra"]]
         if rs:
             avg, server = [r["accuracy"] for r in rs], [r["extra"]["server_model_accuracy"] for r in rs]
@@ -309,7 +309,7 @@ def _feddyn_models(main: dict[str, list[dict]]) -> list[str]:
 def _per_domain(main: dict[str, list[dict]]) -> list[str]:
     domains = None
     table = []
-    for method in [m for b in BASES for m in (b, *(f"{b}+{s}" for s in SCHEMES))]:
+    for method in MAIN_CELLS:
         rs = main.get(method) or []
         accs = [r["extra"].get("cluster_accuracy") for r in rs if r["extra"].get("cluster_accuracy")]
         if not accs:
