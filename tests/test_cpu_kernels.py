@@ -421,6 +421,13 @@ def test_dispatch_keeps_only_kernels_measured_faster_than_stock(fresh_dispatch):
     assert LightCNN((3, 32, 32), 7).use_cpu_kernels().kernels == [(False, True), (True, True), (True, True)]
 
 
+def test_the_light_cnns_two_winograd_convs_are_each_kept_by_their_own_timing(fresh_dispatch):
+    from fedcond.models.light_cnn import LightCNN
+
+    fresh_dispatch({"winograd_64_128"})
+    assert LightCNN((3, 32, 32), 7).use_cpu_kernels().kernels == [(False, True), (True, True), (False, True)]
+
+
 def test_dispatch_falls_back_to_the_stock_layers_where_every_kernel_is_slower(fresh_dispatch):
     from fedcond.models.light_cnn import LightCNN
 

@@ -139,10 +139,11 @@ def test_rows_from_another_kind_of_machine_are_scaled_by_the_ratio_the_database_
     row("E3a/mnist/K=2/rich", "Local", 1, 300.0, "avx2")  # 3x: the median ratio is 2.75
     row("E1/mnist/K=2/rich", "Local", 2, 190.0, "avx512")  # run beside others: the fastest time counts
     row("E1/mnist/K=2/rich", "FedAvg", 0, 200.0, "avx512")
+    row("E1/mnist/K=2/rich", "FedAvg", 1, 5000.0)  # no CPU recorded, beside a row that can be scaled: left out
     row("E1/mnist/K=2/rich", "Oracle", 0, 10.0, device="cuda")  # no cell ran both here and on the GPU
     row("E1/fmnist/K=2/rich", "Local", 0, 40.0)  # a row that did not record its CPU
     assert [machine_kind(*r) for r in con.execute("SELECT device, versions FROM runs ORDER BY id")] == \
-        ["cpu avx512", "cpu avx2"] * 2 + ["cpu avx512"] * 2 + ["cuda", None]
+        ["cpu avx512", "cpu avx2"] * 2 + ["cpu avx512"] * 2 + [None, "cuda", None]
 
     def cell(name, method):
         return Cell(EXPERIMENTS[name], method, 3, "paper")

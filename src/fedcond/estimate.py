@@ -1,9 +1,9 @@
 """How long a sweep's cells will take: from the recorded rows most like each cell, on this kind of machine.
 
-One cell's wall time differs 2-3x between machines of one kind (the same JDFL run: 27-30 min on an
-AVX-512 Xeon, 51-56 min on an AVX2 EPYC), so a row recorded on another kind of machine counts only
-scaled by the speed ratio the database itself shows between the two kinds (the same cells recorded on
-both), and unscaled, with a note saying so, where it shows none.
+One cell's wall time differs 2-3x between kinds of machine (the same JDFL run: 27-30 min on an
+AVX-512 Xeon, 51-56 min on an AVX2 EPYC), so a row recorded on another kind of machine counts
+scaled by the speed ratio the database itself shows between the two kinds (the same cells recorded
+on both), and unscaled, with a note saying so, only where no row like the cell can be scaled.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Estimator:
         self.here = here or this_machine()
         self.levels: list[dict[tuple, list[tuple[str | None, float]]]] = [{}, {}, {}, {}, {}]
         rows = con.execute("SELECT experiment, family, dataset, scenario, method, protocol_name, seconds, device, versions"
-                           " FROM runs WHERE status = 'ok' AND seconds IS NOT NULL AND experiment IS NOT NULL").fetchall()
+                           " FROM runs WHERE status = 'ok' AND seconds > 0 AND experiment IS NOT NULL").fetchall()
         for exp, family, dataset, scenario, method, pname, sec, device, versions in rows:
             sc = json.loads(scenario or "{}")
             kind = machine_kind(device, versions)
@@ -82,8 +82,8 @@ class Estimator:
 
     def seconds(self, cell) -> float | None:
         """The median time of the rows most like `cell`: those recorded on this kind of machine where
-        the most alike level has any, else all of that level's, each scaled to this kind where the
-        database shows the ratio. None where no row is like it."""
+        the most alike level has any; else those of kinds the database shows a ratio for, each
+        scaled to this kind; else all of that level's, unscaled. None where no row is like it."""
         e = cell.experiment
         like = _likeness(e.name, e.family, e.dataset, e.clients_per_cluster, e.clients, cell.method, cell.protocol_name)
         found = next((level[k] for level, k in zip(self.levels, like) if k in level), None)
@@ -93,9 +93,10 @@ class Estimator:
         if mine:
             self.used[self.here] = self.used.get(self.here, 0) + len(mine)
             return statistics.median(mine)
-        for kind, _ in found:
+        scalable = [(kind, sec) for kind, sec in found if kind in self.ratios]
+        for kind, _ in scalable or found:
             self.used[kind] = self.used.get(kind, 0) + 1
-        return statistics.median(sec * self.ratios.get(kind, (1.0, 0))[0] for kind, sec in found)
+        return statistics.median(sec * self.ratios.get(kind, (1.0, 0))[0] for kind, sec in scalable or found)
 
     def basis(self) -> str:
         """Which machines the estimates so far came from, and how they were scaled (one line)."""
@@ -109,7 +110,7 @@ class Estimator:
             elif kind in self.ratios:
                 ratio, cells = self.ratios[kind]
                 parts.append(f"{rows(kind)} x{ratio:.2f} (the median ratio over {cells} cell{'s' * (cells != 1)}"
-                             f" recorded on both)")
+                             f" recorded on both{'; one cell: rough' * (cells == 1)})")
             else:
                 parts.append(f"{rows(kind)} unscaled (no cell recorded on both; times here may differ 2-3x)")
         return f"estimates for this {self.here} machine from " + "; ".join(parts) if parts else ""

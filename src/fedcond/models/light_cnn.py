@@ -13,7 +13,7 @@ ReLU comes after the pool: the same function as ReLU before it, forward and back
 on a quarter of the elements (benchmarks/light_cnn.py times both orders as the engines run them,
 channels-last).
 The CPU engines run GroupNorm, pool and ReLU of each block as one compiled kernel, and the convs
-of blocks 1 and 2 by Winograd, where this machine's self-check finds them faster (use_cpu_kernels;
+of blocks.1 (32 -> 64) and blocks.2 (64 -> 128) by Winograd, where this machine's self-check finds them faster (use_cpu_kernels;
 models/cpu_kernels).
 Parameter names are stable (`blocks.0..2`, `fc1`, `fc2`, `head`): JDFL's discovery picks its
 layer subsets by them.

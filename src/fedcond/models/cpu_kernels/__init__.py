@@ -11,7 +11,8 @@ these stages are C++ loops vectorised over channels (kernels.cpp):
 - the second block (Conv 32->64 3x3, MaxPool 2, ReLU) by Winograd F(2x2, 3x3), each output tile
   pooled as it is made: 2.25x fewer multiplies in forward and both gradients;
 - other 3x3 convs of 32/64 channels (the CIFAR CNN's, whose batch norms sit between conv and
-  pool; FiLM-modulated ones) by the same Winograd code, writing the conv output in full;
+  pool; FiLM-modulated ones) and the light CNN's 64 -> 128 by the same Winograd code, writing the
+  conv output in full;
 - MaxPool 2 + ReLU on a channels-last input, writing the flatten order (for FiLM models, whose
   modulation sits between conv and pool);
 - GroupNorm + MaxPool 2 + ReLU on a channels-last input (JDFL's light CNN): torch's channels-last
@@ -24,7 +25,7 @@ are those of the stock layers (exact on integer data; tests check every kernel).
 kernels.cpp is compiled on first use for the CPU at hand (build.py: vector width and register
 blocking chosen by its ISA, ~4 s with a C++ compiler, cached in the user cache directory), then
 each kernel is timed against the stock layers it replaces and kept only where it is faster
-(selfcheck.py; ~1 s once per build and torch version, cached). `fedcond doctor` shows the outcome.
+(selfcheck.py; ~1-2 s once per build and torch version, cached). `fedcond doctor` shows the outcome.
 Where no compiler is found, or with FEDCOND_CPU_KERNELS=0, the models keep the stock torch layers:
 the same results to float rounding. FEDCOND_CPU_KERNELS=all skips the self-check (every kernel on);
 FEDCOND_CPU_KERNELS_VARIANT=avx2|portable builds another variant than native (to test or time it).
