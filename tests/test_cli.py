@@ -229,6 +229,9 @@ def test_sweep_dry_run_marks_recorded_cells(capsys, tmp_path):
     from fedcond.estimate import this_machine
 
     assert basis == f"estimates for this {this_machine()} machine from {this_machine()} rows as recorded"
+    code, out, _ = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "FedAvg", "--seeds", "1",
+                           "--db", str(db), "--dry-run", "--ray", "local")
+    assert code == 0 and out.strip().splitlines()[-1] == basis + "; --ray runs the cells on the cluster's nodes, perhaps of other kinds"
 
 
 def test_sweep_dry_run_counts_only_the_rounds_a_checkpoint_leaves(capsys, tmp_path):

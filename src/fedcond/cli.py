@@ -302,7 +302,7 @@ def _experiments(args) -> int:
     return 0
 
 
-def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True) -> int:
+def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True, on_ray: bool = False) -> int:
     """Every cell the sweep would run, marked done where the database holds it, with the time a
     cell to run is expected to take on this kind of machine (estimate.Estimator; for a cell a
     checkpoint resumes, the share of its rounds left); nothing runs."""
@@ -335,8 +335,8 @@ def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True) -> int:
         summary += (f" (~{sum(known) / 3600:.1f} core-hours at the recorded times of like cells"
                     + (f"; {unknown} with no like cell recorded" if unknown else "") + ")")
     print(summary)
-    if known:
-        print(estimator.basis())
+    if known:  # on Ray the cells run on the cluster's nodes, which this machine's kind may not describe
+        print(estimator.basis() + ("; --ray runs the cells on the cluster's nodes, perhaps of other kinds" if on_ray else ""))
     return 0
 
 
@@ -360,7 +360,8 @@ def _sweep(args) -> int:
     cells = plan(experiments, args.methods, seeds, args.protocol, changes)  # checks every option against every experiment
     if args.dry_run:
         # --ray sweeps and --checkpoint-every 0 start every cell afresh
-        return _sweep_dry_run(cells, args.db, args.data_dir, resumes=args.ray is None and args.checkpoint_every is not None)
+        return _sweep_dry_run(cells, args.db, args.data_dir, resumes=args.ray is None and args.checkpoint_every is not None,
+                              on_ray=args.ray is not None)
     counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray,
                        checkpoint_every=args.checkpoint_every)
     print(json.dumps(counts))
