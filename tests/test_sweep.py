@@ -16,7 +16,7 @@ import pytest
 
 from fedcond import results
 from fedcond.errors import FedcondError
-from fedcond.estimate import estimate_seconds
+from fedcond.estimate import Estimator
 from fedcond.experiments import EXPERIMENTS, PROTOCOLS, select
 from fedcond.protocol import PAPER
 from fedcond.sweep import Cell, plan, run_sweep
@@ -84,18 +84,24 @@ def test_rows_name_the_commit_the_process_loaded_not_a_later_one(tmp_path, monke
               progress=False, log=lambda s: None)
     assert sqlite3.connect(db).execute("SELECT git_rev FROM runs").fetchall() == [(loaded,)]
 
-def test_a_cell_to_run_is_estimated_from_the_recorded_cells_most_like_it(tmp_path):
+def _timed_row(con, name, method, seconds, seed=0, status="ok", device="cpu", ran_with=None):
+    """A paper-protocol row of `name` that took `seconds` (ran_with: the versions it records; None: this machine's)."""
     from types import SimpleNamespace
 
+    e = EXPERIMENTS[name]
+    done = SimpleNamespace(hyperparameters={}, accuracy=0.5, accuracy_std=0.0, weighted_accuracy=0.5, per_client=[],
+                           extra={}, rounds=20, seconds=seconds)
+    results.save_run(con, family=e.family, dataset=e.dataset, scenario={"clients_per_cluster": e.clients_per_cluster},
+                     method=method, seed=seed, protocol={}, result=done if status == "ok" else None, experiment=name,
+                     protocol_name="paper", status=status, error=None if status == "ok" else "diverged", device=device,
+                     ran_with=ran_with)
+
+
+def test_a_cell_to_run_is_estimated_from_the_recorded_cells_most_like_it(tmp_path):
     con = results.connect(tmp_path / "r.sqlite")
 
     def row(name, method, seconds, status="ok"):
-        e = EXPERIMENTS[name]
-        done = SimpleNamespace(hyperparameters={}, accuracy=0.5, accuracy_std=0.0, weighted_accuracy=0.5, per_client=[],
-                               extra={}, rounds=20, seconds=seconds)
-        results.save_run(con, family=e.family, dataset=e.dataset, scenario={"clients_per_cluster": e.clients_per_cluster},
-                         method=method, seed=0, protocol={}, result=done if status == "ok" else None, experiment=name,
-                         protocol_name="paper", status=status, error=None if status == "ok" else "diverged")
+        _timed_row(con, name, method, seconds, status=status)
 
     row("E1/mnist/K=2/rich", "Local", 100.0)
     row("E3a/mnist/K=2/rich", "Local", 300.0)
@@ -105,7 +111,8 @@ def test_a_cell_to_run_is_estimated_from_the_recorded_cells_most_like_it(tmp_pat
     def cell(name, method, seed=1):
         return Cell(EXPERIMENTS[name], method, seed, "paper")
 
-    got = estimate_seconds([
+    estimator = Estimator(con)
+    got = [estimator.seconds(c) for c in [
         cell("E1/mnist/K=2/rich", "Local"),  # the same cell, another seed
         cell("E3b/mnist/K=2/rich", "Local", 0),  # the same dataset and sparsity: median of 100 and 300
         cell("E1/mnist/K=2/super_sparse", "Local", 0),  # the same family and dataset, another sparsity
@@ -113,25 +120,19 @@ def test_a_cell_to_run_is_estimated_from_the_recorded_cells_most_like_it(tmp_pat
         cell("E2a/mnist/K=2/super_sparse", "Gossip(independent_init=false)", 0),  # the method's base name
         cell("E1/fmnist/K=2/rich", "Local", 0),  # nothing like it
         cell("E1/mnist/K=2/rich", "FedAvg", 0),  # only a failed row
-    ], con)
+    ]]
     con.close()
     assert got == [100.0, 200.0, 100.0, 200.0, 700.0, None, None]
 
 
 def test_rows_from_another_kind_of_machine_are_scaled_by_the_ratio_the_database_shows(tmp_path):
-    from types import SimpleNamespace
-
-    from fedcond.estimate import Estimator, machine_kind
+    from fedcond.estimate import machine_kind
 
     con = results.connect(tmp_path / "r.sqlite")
 
     def row(name, method, seed, seconds, cpu=None, device="cpu"):
-        e = EXPERIMENTS[name]
-        done = SimpleNamespace(hyperparameters={}, accuracy=0.5, accuracy_std=0.0, weighted_accuracy=0.5, per_client=[],
-                               extra={}, rounds=20, seconds=seconds)
-        results.save_run(con, family=e.family, dataset=e.dataset, scenario={"clients_per_cluster": e.clients_per_cluster},
-                         method=method, seed=seed, protocol={}, result=done, experiment=name, protocol_name="paper",
-                         device=device, ran_with={"cpu": f"Some CPU ({cpu}; torch uses {cpu})"} if cpu else {"torch": "x"})
+        _timed_row(con, name, method, seconds, seed=seed, device=device,
+                   ran_with={"cpu": f"Some CPU ({cpu}; torch uses {cpu})"} if cpu else {"torch": "x"})
 
     row("E1/mnist/K=2/rich", "Local", 0, 100.0, "avx512")
     row("E1/mnist/K=2/rich", "Local", 1, 250.0, "avx2")  # 2.5x longer here

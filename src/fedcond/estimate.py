@@ -114,9 +114,3 @@ class Estimator:
             else:
                 parts.append(f"{rows(kind)} unscaled (no cell recorded on both; times here may differ 2-3x)")
         return f"estimates for this {self.here} machine from " + "; ".join(parts) if parts else ""
-
-
-def estimate_seconds(cells: list, con, here: str | None = None) -> list[float | None]:
-    """Each cell's expected wall time on a machine of kind `here` (Estimator.seconds)."""
-    estimator = Estimator(con, here)
-    return [estimator.seconds(c) for c in cells]

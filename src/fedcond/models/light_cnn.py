@@ -13,8 +13,8 @@ ReLU comes after the pool: the same function as ReLU before it, forward and back
 on a quarter of the elements (benchmarks/light_cnn.py times both orders as the engines run them,
 channels-last).
 The CPU engines run GroupNorm, pool and ReLU of each block as one compiled kernel, and the convs
-of blocks.1 (32 -> 64) and blocks.2 (64 -> 128) by Winograd, where this machine's self-check finds them faster (use_cpu_kernels;
-models/cpu_kernels).
+of blocks.1 (32 -> 64) and blocks.2 (64 -> 128) by Winograd, where this machine's self-check finds
+them faster (use_cpu_kernels; models/cpu_kernels).
 Parameter names are stable (`blocks.0..2`, `fc1`, `fc2`, `head`): JDFL's discovery picks its
 layer subsets by them.
 """
@@ -62,8 +62,8 @@ class LightCNN(nn.Module):
     def use_cpu_kernels(self) -> "LightCNN":
         """Run the blocks through the compiled CPU kernels (models/cpu_kernels) where each is built
         and was measured faster than the stock layers on this machine: GroupNorm, MaxPool and ReLU
-        as one kernel, and the 3x3 convs 32 -> 64 and 64 -> 128 by Winograd. Same parameters, state_dict and
-        function (to float rounding)."""
+        as one kernel, and the 3x3 convs 32 -> 64 and 64 -> 128 by Winograd. Same parameters,
+        state_dict and function (to float rounding)."""
         self.kernels = [(cpu_kernels.winograd_on(conv), cpu_kernels.group_norm_pool_on(norm))
                         for conv, norm, _pool, _relu in self.blocks]
         return self
