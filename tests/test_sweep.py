@@ -219,6 +219,19 @@ def test_sweep_over_a_local_ray_instance_then_resume(tmp_path):
     assert again["skipped"] == 2 and again["ran"] == 0
 
 
+@pytest.mark.ray
+def test_ray_workers_run_at_the_callers_priority(monkeypatch):
+    """Ray's default puts its workers at niceness 15, where they starve beside any other work."""
+    pytest.importorskip("ray")
+    from fedcond import ray_backend
+
+    monkeypatch.setenv(ray_backend.WORKER_NICENESS_ENV, "15")
+    monkeypatch.delenv(ray_backend.WORKER_NICENESS_ENV)  # unset for the test, restored after it
+    monkeypatch.setattr(ray_backend, "_cell", lambda *task: (os.nice(0), {}))  # the task reports its niceness
+    ((_, niceness, _),) = list(ray_backend.run_cells_on_ray([(None, None, None, None)], "local"))
+    assert niceness == os.nice(0)
+
+
 def test_rows_from_ray_record_the_versions_of_the_node_that_ran_them(tmp_path, monkeypatch):
     from fedcond import ray_backend
     from fedcond.run import Failure

@@ -8,9 +8,21 @@ The only module that imports `ray` (an optional extra: pip install 'fedcond[ray]
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 from .errors import FedcondError
+
+WORKER_NICENESS_ENV = "RAY_worker_niceness"
+
+
+def workers_at_our_priority() -> None:
+    """Ray starts its workers at niceness 15, below every ordinary process, so that its drivers come
+    first; here the workers do all the training, and on a machine running anything else they
+    starved (a Flower simulation beside two sweeps made no progress for minutes). Call before Ray
+    starts on this machine (its raylet reads the variable); a value the user set wins, and joining a
+    running cluster keeps that cluster's."""
+    os.environ.setdefault(WORKER_NICENESS_ENV, "0")
 
 
 def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush"):
@@ -45,6 +57,7 @@ def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[
         raise FedcondError("--ray needs Ray: pip install 'fedcond[ray]'") from None
     started = False
     if not ray.is_initialized():
+        workers_at_our_priority()
         ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
         started = True
     try:

@@ -6,6 +6,7 @@ import logging
 import os
 
 from ..errors import FedcondError
+from ..ray_backend import workers_at_our_priority
 from .config import FlowerRun
 
 
@@ -24,6 +25,7 @@ def simulate_all(runs: list[FlowerRun], workers: int = 1, wrap_grid=None, sink=N
         raise FedcondError("runs sharing one simulation need the same number of clients")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the Ray actors: one thread each
+    workers_at_our_priority()
     from flwr.simulation import run_simulation
 
     from .apps import client_app, make_server_app
