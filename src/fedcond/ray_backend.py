@@ -26,8 +26,6 @@ def workers_at_our_priority() -> None:
 
 
 def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush"):
-    import os
-
     import torch
 
     from .engine import denormals
