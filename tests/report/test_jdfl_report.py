@@ -64,6 +64,8 @@ def test_jdfl_section_main_ablation_sweep_and_discovery(tmp_path):
     assert "### Experiments without a published table" not in text and "### Table X:" not in text
     assert "### Cells more than 3 pp" not in text and "### Figures" not in text and "accuracy_vs_k" not in text
     assert "### The earlier study" not in text
+    # nor the legend of a published table's cells ("mean over clients"): JDFL's tables are global accuracy
+    assert "Cells read *ours (published, difference)*" not in text
 
 
 def test_best_round_table_and_curves_figure(tmp_path):

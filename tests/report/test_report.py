@@ -135,6 +135,8 @@ def test_one_table_per_published_table_and_protocol(report):
 
 def test_cell_shows_mean_spread_published_and_difference(report):
     _, text = report
+    assert text.count("Cells read *ours (published, difference)*") == 1  # the legend, once, before the tables
+    assert text.index("Cells read") < text.index("### Table X:")
     table = section(text, "### Table X: E1 label shift, protocol `paper`")
     cells = row(table, "mnist", "K=2")
     pub = published("X", "mnist", "K=2", "FedAvg")

@@ -139,14 +139,18 @@ def header(db: Database, protocol_filter: str | None) -> list[str]:
     ]
     if protocol_filter is not None:
         lines.append(f"- Reported: {protocol_label(protocol_filter)} only")
-    lines += [
-        "",
+    return lines + [""]
+
+
+def cells_legend() -> list[str]:
+    """How to read a published table's cells; only a report that shows one needs it (JDFL's tables
+    say their own measure)."""
+    return [
         "Cells read *ours (published, difference)*: accuracy in %, the mean over clients; ours is the mean over "
         "seeds, with ± the sample standard deviation over seeds where there are several; the difference is ours "
         "minus published in percentage points. *not run* keeps the published value in parentheses.",
         "",
     ]
-    return lines
 
 
 def shows_every_table(protocol: str | None) -> bool:

@@ -72,6 +72,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
     why = read_explanations(explanations)
 
     lines = md.header(db, protocol_name)
+    legend_at, shows_published = len(lines), False
     runs_exist = bool(groups) and (protocol_name is None or bool(ok or failed))
     if not runs_exist:
         lines += ["No experiment has been run yet" + (f" under {md.protocol_label(protocol_name)}" if protocol_name else "")
@@ -91,6 +92,7 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
         # the paper's sections and figures: for another protocol (jdfl, smoke, a variant) only
         # where it ran a paper experiment, else they would all read "not run"
         paper_sections = bool(tables or unpublished) or md.shows_every_table(p)
+        shows_published |= paper_sections
         if paper_sections:
             lines += tables
             lines += md.gaps_section(published, p, cells, why, label)
@@ -108,6 +110,8 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
             else:
                 rel = os.path.relpath(f.path, out)
                 lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
+    if shows_published:
+        lines[legend_at:legend_at] = md.cells_legend()
     lines += md.newcomers_section(ok)
     lines += protocol_probes_section(ok, out)
     lines += md.walltime_section(ok + beside)  # every row a table above reads
