@@ -233,45 +233,66 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
         out += _sample_pairs(main)
     if main:
         out += _claims(main, ablation, sweep)
+    # the side tables give each cell after the last round and, where the runs stored curves, at the
+    # best round: the measure the claims above are judged on
+    side = [rs for group in (replicate, per_sample, ablation, sweep) for rs in group.values()]
+    with_best = any(_best(rs) for rs in side)
+    when = " Each cell after the last round and at the best round (the claims' measure)." if with_best else ""
     if replicate:
         table = []
         for b in BASES:
-            table.append([b, _text(_acc(main.get(b)))] + [_text(_acc(got := replicate.get(f"{b}+{s}(init=replicate)")))
-                                                          + _delta(got, main.get(b)) for s in SCHEMES])
+            table.append([b, *_cells(main.get(b), None, with_best)]
+                         + [c for s in SCHEMES for c in _cells(replicate.get(f"{b}+{s}(init=replicate)"), main.get(b), with_best)])
         out += ["Replicated head (`init=replicate`: the expanded head starts as M copies of the base's C-way head, "
-                "so the collapsed output starts as the base's; main's cells draw it anew).", ""]
-        out += _table(["base", "standalone", "+ graded, replicated head", "+ random, replicated head"], table) + [""]
+                "so the collapsed output starts as the base's; main's cells draw it anew)." + when, ""]
+        out += _table(["base", *_heads(("standalone", "+ graded, replicated head", "+ random, replicated head"), with_best)],
+                      table) + [""]
     if per_sample:
         table = []
         for b in BASES:
             base, step = main.get(b), main.get(f"{b}+jdfl-random")
             got = per_sample.get(f"{b}+jdfl-random(draw=sample)")
-            table.append([b, _text(_acc(base)), _text(_acc(step)) + _delta(step, base), _text(_acc(got)) + _delta(got, base)])
+            table.append([b, *_cells(base, None, with_best), *_cells(step, base, with_best), *_cells(got, base, with_best)])
         out += ["Random scheme, slot fixed per sample (`draw=sample`: each sample keeps one pseudo-domain slot for the "
-                "run) beside main's slot drawn anew at every step.", ""]
-        out += _table(["base", "standalone", "+ random, per step (main)", "+ random, per sample"], table) + [""]
+                "run) beside main's slot drawn anew at every step." + when, ""]
+        out += _table(["base", *_heads(("standalone", "+ random, per step (main)", "+ random, per sample"), with_best)],
+                      table) + [""]
     if ablation or main:
         fedavg = main.get("FedAvg")
-        table = [["FedAvg (C-way head)", _text(_acc(fedavg))]]
+        table = [["FedAvg (C-way head)", *_cells(fedavg, None, with_best)]]
         for name, label in (("FedAvg+expanded-hard", "expanded head, hard client-fixed joint labels"),
                             ("FedAvg+jdfl-graded", "expanded head, graded (JDFL)"),
                             ("FedAvg+jdfl-random", "expanded head, random (JDFL)")):
             src = ablation if name in ablation else main
-            table.append([label, _text(_acc(src.get(name))) + _delta(src.get(name), fedavg)])
-        out += ["Ablation (FedAvg base; the claim: hard labels do not give the gain, graded and random do).", ""]
-        out += _table(["head and targets", "accuracy"], table) + [""]
+            table.append([label, *_cells(src.get(name), fedavg, with_best)])
+        out += ["Ablation (FedAvg base; the claim: hard labels do not give the gain, graded and random do)." + when, ""]
+        out += _table(["head and targets", *_heads(("accuracy",), with_best)], table) + [""]
     if sweep:
         fedavg = main.get("FedAvg")
-        table = [["1 (FedAvg)", _text(_acc(fedavg)), _text(_acc(fedavg))]]
+        table = [["1 (FedAvg)", *_cells(fedavg, None, with_best), *_cells(fedavg, None, with_best)]]
         for m in JDFL_SLOT_SWEEP:
-            table.append([str(m)] + [_text(_acc(g := sweep.get(f"FedAvg+{s}(M={m})"))) + _delta(g, fedavg) for s in SCHEMES])
-        out += ["M sweep (FedAvg base, M fixed; the claim: both schemes beat M = 1 throughout, little sensitivity).", ""]
-        out += _table(["M", "graded", "random"], table) + [""]
+            table.append([str(m)] + [c for s in SCHEMES for c in _cells(sweep.get(f"FedAvg+{s}(M={m})"), fedavg, with_best)])
+        out += ["M sweep (FedAvg base, M fixed; the claim: both schemes beat M = 1 throughout, little sensitivity)." + when, ""]
+        out += _table(["M", *_heads(("graded", "random"), with_best)], table) + [""]
     if disc:
         out += _discovery(disc)
     if variants:
         out += _variants(variants, main)
     return out
+
+
+def _cells(rows: list[dict] | None, ref: list[dict] | None, with_best: bool) -> list[str]:
+    """A side table's cells for one group of runs: after the last round and, `with_best`, at the best
+    round, each with its difference to `ref` seed by seed."""
+    cells = [_text(_acc(rows)) + _delta(rows, ref)]
+    if with_best:
+        best = _best(rows)
+        cells.append(_text(best) + _delta(rows, ref, _best_of) if best or not rows else "no curve stored")
+    return cells
+
+
+def _heads(names: tuple[str, ...], with_best: bool) -> list[str]:
+    return [h for n in names for h in ((f"{n}, last round", f"{n}, best round") if with_best else (n,))]
 
 
 def _variants(variants: dict[str, list[dict]], main: dict[str, list[dict]]) -> list[str]:
