@@ -83,6 +83,8 @@ def test_best_round_table_and_curves_figure(tmp_path):
     text = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text()
     best = text.split("Best round")[1].split("\n\n")[1]
     assert "| FedAvg | 60.0 (n=1) | 70.0 (n=1) [+10.0 pp] |" in best
+    # the ablation table shows main's cells: their best round too, with no ablation run of its own
+    assert "| expanded head, graded (JDFL) | 55.0 (n=1) [+5.0 pp] | 70.0 (n=1) [+10.0 pp] |" in text
     assert (tmp_path / "out" / "jdfl_curves_pacs_jdfl.png").is_file() and "jdfl_curves_pacs_jdfl.png" in text
 
 

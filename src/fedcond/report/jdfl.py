@@ -233,10 +233,9 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
         out += _sample_pairs(main)
     if main:
         out += _claims(main, ablation, sweep)
-    # the side tables give each cell after the last round and, where the runs stored curves, at the
-    # best round: the measure the claims above are judged on
-    side = [rs for group in (replicate, per_sample, ablation, sweep) for rs in group.values()]
-    with_best = any(_best(rs) for rs in side)
+    # the side tables give each cell after the last round and, where the runs they show stored curves
+    # (main's included: the ablation shows main's cells), at the best round: the claims' measure
+    with_best = any(_best(rs) for group in (main, replicate, per_sample, ablation, sweep) for rs in group.values())
     when = " Each cell after the last round and at the best round (the claims' measure)." if with_best else ""
     if replicate:
         table = []
