@@ -130,9 +130,11 @@ def test_rows_from_another_kind_of_machine_are_scaled_by_the_ratio_the_database_
 
     con = results.connect(tmp_path / "r.sqlite")
 
-    def row(name, method, seed, seconds, cpu=None, device="cpu"):
+    def row(name, method, seed, seconds, cpu=None, device="cpu", model="Some CPU"):
         _timed_row(con, name, method, seconds, seed=seed, device=device,
-                   ran_with={"cpu": f"Some CPU ({cpu}; torch uses {cpu})"} if cpu else {"torch": "x"})
+                   ran_with={"cpu": f"{model} ({cpu}; torch uses {cpu})"} if cpu else {"torch": "x"})
+
+    AVX512, AVX2 = "cpu avx512 (Some CPU)", "cpu avx2 (Some CPU)"  # kinds: the ISA and the CPU model
 
     row("E1/mnist/K=2/rich", "Local", 0, 100.0, "avx512")
     row("E1/mnist/K=2/rich", "Local", 1, 250.0, "avx2")  # 2.5x longer here
@@ -144,26 +146,38 @@ def test_rows_from_another_kind_of_machine_are_scaled_by_the_ratio_the_database_
     row("E1/mnist/K=2/rich", "Oracle", 0, 10.0, device="cuda")  # no cell ran both here and on the GPU
     row("E1/fmnist/K=2/rich", "Local", 0, 40.0)  # a row that did not record its CPU
     assert [machine_kind(*r) for r in con.execute("SELECT device, versions FROM runs ORDER BY id")] == \
-        ["cpu avx512", "cpu avx2"] * 2 + ["cpu avx512"] * 2 + [None, "cuda", None]
+        [AVX512, AVX2] * 2 + [AVX512] * 2 + [None, "cuda", None]
 
     def cell(name, method):
         return Cell(EXPERIMENTS[name], method, 3, "paper")
 
-    on_avx2 = Estimator(con, here="cpu avx2")
-    assert on_avx2.ratios == {"cpu avx512": (2.75, 2)}
+    on_avx2 = Estimator(con, here=AVX2)
+    assert on_avx2.ratios == {AVX512: (2.75, 2)}
     assert on_avx2.seconds(cell("E1/mnist/K=2/rich", "Local")) == 250.0  # this kind's own rows, the others ignored
-    assert on_avx2.basis() == "estimates for this cpu avx2 machine from cpu avx2 rows as recorded"
+    assert on_avx2.basis() == "estimates for this cpu avx2 (Some CPU) machine from cpu avx2 (Some CPU) rows as recorded"
     assert on_avx2.seconds(cell("E1/mnist/K=2/rich", "FedAvg")) == 550.0  # 200 s on AVX-512, x2.75
     assert on_avx2.seconds(cell("E1/mnist/K=2/rich", "Oracle")) == 10.0
     assert on_avx2.seconds(cell("E1/fmnist/K=2/rich", "Local")) == 40.0
-    assert on_avx2.basis() == ("estimates for this cpu avx2 machine from cpu avx2 rows as recorded;"
+    assert on_avx2.basis() == ("estimates for this cpu avx2 (Some CPU) machine from cpu avx2 (Some CPU) rows as recorded;"
                                " rows of machines that did not record their CPU unscaled (no cell recorded on both; times here"
-                               " may differ 2-3x); cpu avx512 rows x2.75 (the median ratio over 2 cells recorded on both);"
+                               " may differ 2-3x); cpu avx512 (Some CPU) rows x2.75 (the median ratio over 2 cells recorded"
+                               " on both);"
                                " cuda rows unscaled (no cell recorded on both; times here may differ 2-3x)")
-    on_avx512 = Estimator(con, here="cpu avx512")
+    on_avx512 = Estimator(con, here=AVX512)
     assert on_avx512.seconds(cell("E1/mnist/K=2/rich", "FedAvg")) == 200.0
     assert on_avx512.seconds(cell("E1/mnist/K=2/rich", "Local")) == 145.0  # the median of 100 and 190
-    assert on_avx512.ratios["cpu avx2"] == (statistics.median([100 / 250, 100 / 300]), 2)
+    assert on_avx512.ratios[AVX2] == (statistics.median([100 / 250, 100 / 300]), 2)
+    # Another CPU model with the same ISA is another kind: one that ran only a variant of a method
+    # (no cell in common) gets its ratio from the method's other rows, the same dataset and base name.
+    row("E1/mnist/K=2/rich", "Gossip(independent_init=false)", 0, 130.0, "avx512", model="Other CPU")
+    row("E1/mnist/K=2/rich", "Gossip", 0, 100.0, "avx512")
+    row("E1/mnist/K=2/rich", "Gossip", 1, 250.0, "avx2")
+    other = Estimator(con, here="cpu avx512 (Other CPU)")
+    assert other.ratios == {AVX512: (1.3, 1), AVX2: (130.0 / 250, 1)} and set(other.ratio_level.values()) == {4}
+    assert other.seconds(cell("E1/mnist/K=2/rich", "FedAvg")) == 260.0  # 200 s on the first AVX-512 CPU, x1.3
+    assert other.basis() == ("estimates for this cpu avx512 (Other CPU) machine from cpu avx512 (Some CPU) rows x1.30"
+                             " (the median ratio over 1 like cell recorded on both; one cell: rough)")
+    assert Estimator(con, here=AVX512).ratio_level[AVX2] == 0  # the same cells recorded on both
     con.close()
 
 

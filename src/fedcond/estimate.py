@@ -1,9 +1,10 @@
 """How long a sweep's cells will take: from the recorded rows most like each cell, on this kind of machine.
 
 One cell's wall time differs 2-3x between kinds of machine (the same JDFL run: 27-30 min on an
-AVX-512 Xeon, 51-56 min on an AVX2 EPYC), so a row recorded on another kind of machine counts
-scaled by the speed ratio the database itself shows between the two kinds (the same cells recorded
-on both), and unscaled, with a note saying so, only where no row like the cell can be scaled.
+AVX-512 Xeon, 33-41 min on an AVX-512 EPYC, 51-56 min on an AVX2 EPYC), so a kind is the CPU model
+with its vector ISA, and a row recorded on another kind counts scaled by the speed ratio the
+database itself shows between the two kinds (the same cells recorded on both, else the most alike
+cells), and unscaled, with a note saying so, only where no row like the cell can be scaled.
 """
 
 from __future__ import annotations
@@ -14,20 +15,25 @@ import statistics
 
 
 def machine_kind(device: str, versions: str | dict | None) -> str | None:
-    """'cpu avx512', 'cpu avx2', ... for a CPU row (its vector ISA, from results.versions()), the device
+    """'cpu avx512 (AMD EPYC)', 'cpu avx2 (AMD EPYC)', ... for a CPU row (its vector ISA and model,
+    from results.versions(): an AVX-512 EPYC ran JDFL ~1.4x slower than an AVX-512 Xeon), the device
     for any other ('cuda'); None for a CPU row that did not record its CPU (rows made before it did)."""
     if device != "cpu":
         return device
     recorded = json.loads(versions or "{}") if not isinstance(versions, dict) else versions
-    isa = re.search(r"\((\w+);", recorded.get("cpu", ""))
-    return f"cpu {isa.group(1)}" if isa else None
+    cpu = re.match(r"(.*) \((\w+);", recorded.get("cpu", ""))
+    return _cpu_kind(cpu.group(2), cpu.group(1)) if cpu else None
+
+
+def _cpu_kind(isa: str, model: str) -> str:
+    return f"cpu {isa} ({model})"
 
 
 def this_machine() -> str:
     """The kind of machine a local sweep runs on (sweeps train on the CPU)."""
-    from .models.cpu_kernels.build import vector_isa
+    from .models.cpu_kernels.build import cpu_model, vector_isa
 
-    return f"cpu {vector_isa()}"
+    return _cpu_kind(vector_isa(), cpu_model())
 
 
 def _likeness(exp, family, dataset, per_cluster, clients, method, pname) -> tuple:
@@ -64,21 +70,30 @@ class Estimator:
     def _ratios(self) -> dict[str | None, tuple[float, int]]:
         """kind -> (how many times longer a cell takes here than there, cells it is the median of):
         over the cells (experiment, method, protocol) recorded both here and there, the ratio of
-        their fastest times. The fastest, not the median: a recorded time also holds whatever else
-        the machine ran then and the code of that day (a seed run beside two others, or before a
-        speed-up, took 1.5-4x longer), and the fastest of each side holds least of both."""
-        per_kind: dict[str | None, list[float]] = {}
-        for recorded in self.levels[0].values():
-            times: dict[str | None, list[float]] = {}
-            for kind, sec in recorded:
-                times.setdefault(kind, []).append(sec)
-            if self.here not in times:
-                continue
-            here = min(times[self.here])
-            for kind, secs in times.items():
-                if kind != self.here:
-                    per_kind.setdefault(kind, []).append(here / min(secs))
-        return {kind: (statistics.median(r), len(r)) for kind, r in per_kind.items()}
+        their fastest times; for a kind that shares no such cell with this one, over the most alike
+        cells it shares (a likeness level of _likeness, noted in self.ratio_level: a new machine
+        that ran only variants of a method still gets a ratio from the method's other rows).
+        The fastest, not the median: a recorded time also holds whatever else the machine ran
+        then and the code of that day (a seed run beside two others, or before a speed-up, took
+        1.5-4x longer), and the fastest of each side holds least of both."""
+        ratios: dict[str | None, tuple[float, int]] = {}
+        self.ratio_level: dict[str | None, int] = {}
+        for depth, level in enumerate(self.levels):
+            per_kind: dict[str | None, list[float]] = {}
+            for recorded in level.values():
+                times: dict[str | None, list[float]] = {}
+                for kind, sec in recorded:
+                    times.setdefault(kind, []).append(sec)
+                if self.here not in times:
+                    continue
+                here = min(times[self.here])
+                for kind, secs in times.items():
+                    if kind != self.here and kind not in ratios:
+                        per_kind.setdefault(kind, []).append(here / min(secs))
+            for kind, r in per_kind.items():
+                ratios[kind] = (statistics.median(r), len(r))
+                self.ratio_level[kind] = depth
+        return ratios
 
     def seconds(self, cell) -> float | None:
         """The median time of the rows most like `cell`: those recorded on this kind of machine where
@@ -109,7 +124,8 @@ class Estimator:
                 parts.append(f"{rows(kind)} as recorded")
             elif kind in self.ratios:
                 ratio, cells = self.ratios[kind]
-                parts.append(f"{rows(kind)} x{ratio:.2f} (the median ratio over {cells} cell{'s' * (cells != 1)}"
+                like = " like" * (self.ratio_level[kind] > 0)  # not the same cells: the most alike ones
+                parts.append(f"{rows(kind)} x{ratio:.2f} (the median ratio over {cells}{like} cell{'s' * (cells != 1)}"
                              f" recorded on both{'; one cell: rough' * (cells == 1)})")
             else:
                 parts.append(f"{rows(kind)} unscaled (no cell recorded on both; times here may differ 2-3x)")
