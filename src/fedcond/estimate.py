@@ -64,20 +64,20 @@ class Estimator:
             for level, key in zip(self.levels, _likeness(exp, family, dataset, sc.get("clients_per_cluster"),
                                                          sc.get("clients"), method, pname)):
                 level.setdefault(key, []).append((kind, sec))
-        self.ratios = self._ratios()
+        self.ratios, self.ratio_level = self._ratios()
         self.used: dict[str | None, int] = {}  # kind of machine -> rows it lent to the estimates so far
 
-    def _ratios(self) -> dict[str | None, tuple[float, int]]:
+    def _ratios(self) -> tuple[dict[str | None, tuple[float, int]], dict[str | None, int]]:
         """kind -> (how many times longer a cell takes here than there, cells it is the median of):
         over the cells (experiment, method, protocol) recorded both here and there, the ratio of
         their fastest times; for a kind that shares no such cell with this one, over the most alike
-        cells it shares (a likeness level of _likeness, noted in self.ratio_level: a new machine
+        cells it shares (a likeness level of _likeness, returned second, kind -> level: a new machine
         that ran only variants of a method still gets a ratio from the method's other rows).
         The fastest, not the median: a recorded time also holds whatever else the machine ran
         then and the code of that day (a seed run beside two others, or before a speed-up, took
         1.5-4x longer), and the fastest of each side holds least of both."""
         ratios: dict[str | None, tuple[float, int]] = {}
-        self.ratio_level: dict[str | None, int] = {}
+        levels: dict[str | None, int] = {}
         for depth, level in enumerate(self.levels):
             per_kind: dict[str | None, list[float]] = {}
             for recorded in level.values():
@@ -92,8 +92,8 @@ class Estimator:
                         per_kind.setdefault(kind, []).append(here / min(secs))
             for kind, r in per_kind.items():
                 ratios[kind] = (statistics.median(r), len(r))
-                self.ratio_level[kind] = depth
-        return ratios
+                levels[kind] = depth
+        return ratios, levels
 
     def seconds(self, cell) -> float | None:
         """The median time of the rows most like `cell`: those recorded on this kind of machine where
