@@ -25,7 +25,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 
 from ..algorithms import Context, State, hyperparameters, make_algorithm
 from ..engine import Job, JobResult, SGDConfig
-from .. import stats as S
+from .. import safe_state, stats as S
 from ..errors import FedcondError
 from ..models import ModelSpec
 from ..scenarios.federation import Federation
@@ -200,18 +200,30 @@ def secure_normalisation(exchange: Exchange, clients: list[int], width: int, how
 
 def save_checkpoint(path: Path, run: FlowerRun, state: State, done: int) -> None:
     tmp = path.with_suffix(".tmp")
-    torch.save({"run": run.to_json(), "rounds_done": done, "state": state}, tmp)
+    safe_state.save(tmp, state, header={"run": run.to_json(), "rounds_done": done})  # data, never code
     os.replace(tmp, path)  # atomic: a crash mid-write leaves the previous checkpoint
 
 
 def load_checkpoint(path: Path, run: FlowerRun) -> tuple[State, int] | None:
-    if not path.exists():
+    """The state saved at `path` by this run, or None if there is no file. Anything but a safe-state
+    file of this run (an older fedcond's pickle, a planted file) stops the run unread."""
+    try:
+        header, text, tensors = safe_state.read(path)
+    except FileNotFoundError:
         return None
-    ckpt = torch.load(path, weights_only=False)
-    old = FlowerRun.from_json(ckpt["run"])
+    except safe_state.NotSafeState as e:
+        raise FedcondError(f"checkpoint {path} {e}; remove it or choose another path") from None
+    try:
+        old = FlowerRun.from_json(header["run"])
+        done = int(header["rounds_done"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise FedcondError(f"checkpoint {path} does not say which run it belongs to ({e}); remove it or choose another path") from None
     if dataclasses.replace(old, rounds=None, drop=()) != dataclasses.replace(run, rounds=None, drop=()):
         raise FedcondError(f"checkpoint {path} belongs to a different run; remove it or choose another path")
-    return ckpt["state"], int(ckpt["rounds_done"])
+    state = safe_state.decode(text, tensors)
+    if not isinstance(state, State):
+        raise FedcondError(f"checkpoint {path} does not hold a training state; remove it or choose another path")
+    return state, done
 
 
 def _to_stderr(line: str) -> None:
