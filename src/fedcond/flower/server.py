@@ -282,20 +282,21 @@ def serve(grid, run: FlowerRun, log: Callable[[str], None] = _to_stderr) -> dict
         log(f"round {r + 1}/{run.num_rounds}: train loss {state.train_loss:.4f}")
         if ckpt_path:
             save_checkpoint(ckpt_path, run, state, r + 1)
-    per_client, correct, total, epsilons = evaluate(exchange, ctx, state, alg.conditioned)
+    scores = evaluate(exchange, ctx, state, alg.conditioned, run.min_replies)  # whoever answers; the rest listed
     return {
-        "method": run.method, "experiment": run.experiment, "rounds": run.num_rounds, "resumed_after": done,
-        "accuracy": float(np.mean(per_client)), "accuracy_std": float(np.std(per_client)),
-        "weighted_accuracy": correct / max(1, total), "per_client": per_client,
+        "method": run.method, "experiment": run.experiment, "rounds": run.num_rounds, "resumed_after": done, **scores,
         "train_loss": state.train_loss, "history": history, "hyperparameters": hyperparameters(alg),
         "dropped": [list(d) for d in exchange.dropped], "seconds": time.perf_counter() - start,
-        "epsilon": max(epsilons) if epsilons else None, "delta": run.dp.delta if run.dp else None,
+        "delta": run.dp.delta if run.dp else None,
         "normalisation": run.normalisation if alg.conditioned else None,
     }
 
 
-def evaluate(exchange: Exchange, ctx: ServerContext, state: State, conditioned: bool):
-    """Each client scores the model it is assigned on its own test set; only counts come back."""
+def evaluate(exchange: Exchange, ctx: ServerContext, state: State, conditioned: bool, min_replies: int = 1) -> dict:
+    """Each client scores the model it is assigned on its own test set; only counts come back.
+    A client that does not answer (it dropped out) is listed in `not_evaluated` with None in
+    `per_client`; the accuracies are over the clients that answered, unless fewer than
+    `min_replies` did."""
     spec_json = json.dumps(dataclasses.asdict(ctx.spec(conditioned)))
     contents = {}
     for i in range(ctx.federation.num_clients):
@@ -305,14 +306,21 @@ def evaluate(exchange: Exchange, ctx: ServerContext, state: State, conditioned: 
         content["job"] = ConfigRecord({"spec": spec_json, "ref": json.dumps(ref)})
         contents[i] = content
     replies = exchange(contents, "evaluate", "evaluate")
-    if len(replies) < len(contents):
-        missing = sorted(set(contents) - set(replies))
-        raise FedcondError(f"clients {missing} did not return their evaluation")
+    missing = sorted(set(contents) - set(replies))
+    if len(replies) < min(min_replies, len(contents)):
+        raise FedcondError(f"evaluate: only {len(replies)} of {len(contents)} clients returned their evaluation "
+                           f"(min_replies={min_replies}); clients {missing} did not")
     per_client, correct, total, eps = [], 0, 0, []
     for i in range(len(contents)):
+        if i not in replies:
+            per_client.append(None)
+            continue
         m = replies[i]["result"]
         per_client.append(m["correct"] / max(1, m["total"]))
         correct, total = correct + int(m["correct"]), total + int(m["total"])
         if "epsilon" in m:
             eps.append(float(m["epsilon"]))
-    return per_client, correct, total, eps
+    answered = [a for a in per_client if a is not None]
+    return {"accuracy": float(np.mean(answered)), "accuracy_std": float(np.std(answered)),
+            "weighted_accuracy": correct / max(1, total), "per_client": per_client, "not_evaluated": missing,
+            "epsilon": max(eps) if eps else None}
