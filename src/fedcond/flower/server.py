@@ -184,12 +184,14 @@ def secure_normalisation(exchange: Exchange, clients: list[int], width: int, how
         keys = exchange({i: RecordDict({"job": ConfigRecord({"phase": "keys"})}) for i in clients}, "query.secagg", "stats")
         if len(keys) < len(clients):
             raise FedcondError("secure normalisation: a client dropped out during the key exchange; start the run again")
-        publics = {str(i): keys[i]["result"]["public"] for i in clients}
-        uploads = exchange({i: RecordDict({"job": ConfigRecord({"phase": "masked", "publics": json.dumps({k: v.hex() for k, v in publics.items()})})})
-                            for i in clients}, "query.secagg", "stats")
+        publics = {str(i): keys[i]["result"]["public"].hex() for i in clients}
+        signatures = {str(i): keys[i]["result"].get("signature", b"").hex() for i in clients}  # checked by each client
+        job = {"phase": "masked", "publics": json.dumps(publics), "signatures": json.dumps(signatures)}
+        uploads = exchange({i: RecordDict({"job": ConfigRecord(job)}) for i in clients}, "query.secagg", "stats")
         if len(uploads) < len(clients):
-            raise FedcondError("secure normalisation: a client dropped out before its masked upload; start the run again")
-        s1, s2 = secure_sum.unmask_sums([uploads[i]["result"]["masked"] for i in clients])
+            raise FedcondError("secure normalisation: a client dropped out or refused the key list before its masked upload; "
+                               "start the run again")
+        s1, s2 = secure_sum.unmask_sums({i: uploads[i]["result"]["masked"] for i in clients}, width)
         mean, std = secure_sum.zscore_from_sums(s1, s2, len(clients))
         content = {"how": "zscore", "mean": json.dumps(mean.tolist()), "std": json.dumps(std.tolist())}
         replies = exchange({i: RecordDict({"job": ConfigRecord(content)}) for i in clients}, "query.stats", "stats")
