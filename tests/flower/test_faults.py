@@ -77,8 +77,10 @@ def test_the_final_evaluation_keeps_whoever_answers_and_lists_who_dropped():
     from fedcond.models import ModelSpec
 
     counts = {0: 7, 1: 5, 2: 9}  # client 3 was killed in round 1
-    exchange = lambda contents, kind, group: {i: {"result": {"correct": counts[i], "total": 10}}  # noqa: E731
-                                              for i in contents if i in counts}
+
+    def exchange(contents, kind, group):
+        return {i: {"result": {"correct": counts[i], "total": 10}} for i in contents if i in counts}
+
     ctx = SimpleNamespace(spec=lambda conditioned: ModelSpec((1, 8, 8), 10), federation=SimpleNamespace(num_clients=4))
     state = State(models=({"w": torch.zeros(2)},), assignment=(0, 0, 0, 0))
     scores = evaluate(exchange, ctx, state, conditioned=False)

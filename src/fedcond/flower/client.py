@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -128,8 +129,8 @@ def _secagg_trust(context: Context, run: FlowerRun) -> tuple[int, bytes | None, 
     `secagg-roster` (a file: JSON {client index: Ed25519 public key, hex})."""
     cfg = context.node_config
     try:
-        identity = bytes.fromhex(open(str(cfg["secagg-identity"])).read().strip()) if "secagg-identity" in cfg else None
-        roster = ({int(k): bytes.fromhex(v) for k, v in json.load(open(str(cfg["secagg-roster"]))).items()}
+        identity = bytes.fromhex(Path(str(cfg["secagg-identity"])).read_text().strip()) if "secagg-identity" in cfg else None
+        roster = ({int(k): bytes.fromhex(v) for k, v in json.loads(Path(str(cfg["secagg-roster"])).read_text()).items()}
                   if "secagg-roster" in cfg else None)
     except (OSError, ValueError, AttributeError) as e:
         raise FedcondError(f"secure sum: cannot read this node's secagg-identity or secagg-roster ({e})") from None
