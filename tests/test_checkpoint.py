@@ -1,5 +1,6 @@
 """Checkpoints: a run stopped between rounds and resumed is the uninterrupted run, bit for bit, for
-every algorithm; a checkpoint of other code or another run is not used; writes are atomic."""
+every algorithm; a checkpoint of other code or another run is not used; writes are atomic; a file
+is data, never code (a planted pickle is refused unread)."""
 
 import json
 import os
@@ -75,7 +76,7 @@ def test_the_last_round_writes_no_checkpoint_and_a_fresh_run_ignores_none(scenar
     res = run_method(scenario, "FedAvg", PROTOCOL, seed=0, checkpoint=ckpt)
     assert "resumed_after_round" not in res.extra
     assert ckpt.path.exists()  # rounds 1 and 2 were saved; the caller removes it after recording the result
-    assert torch.load(ckpt.path, weights_only=False)["rounds_done"] == 2
+    assert ckpt.progress() == (2, ckpt.progress()[1])
     ckpt.remove()
     assert not ckpt.path.exists()
 
@@ -97,7 +98,8 @@ def test_a_checkpoint_of_other_code_or_another_run_is_not_used(scenario, tmp_pat
 def test_a_torn_file_is_no_progress_and_temporaries_of_a_killed_save_are_removed(scenario, tmp_path):
     ckpt = Checkpoint(tmp_path, {"x": 1}, every_seconds=0)
     ckpt.path.write_bytes(b"not a checkpoint")
-    assert ckpt.load() is None
+    with pytest.warns(UserWarning, match="not loaded"):
+        assert ckpt.load() is None
     killed = tmp_path / f"{ckpt.path.name}.12345.tmp"  # what a save killed mid-write leaves
     killed.write_bytes(b"half")
     ckpt.save(1, {"anything": torch.zeros(2)}, [[1, 0.5, 0.5]], 3.0)
@@ -131,3 +133,102 @@ def test_the_fingerprint_covers_the_source_and_is_stable(tmp_path, monkeypatch):
     assert checkpoint._hash_source() == before  # the report only reads finished rows
     (copy / "algorithms" / "fedavg.py").write_text((copy / "algorithms" / "fedavg.py").read_text() + "\n# an edit\n")
     assert checkpoint._hash_source() != before
+
+
+class Planted:
+    """A pickle that runs code when it is read: it makes the folder `marker`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def plant(path: Path, marker: Path, legacy: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if legacy:  # a bare pickle, as torch.save(_use_new_zipfile_serialization=False) would write
+        torch.save({"state": Planted(marker)}, path, _use_new_zipfile_serialization=False)
+    else:
+        torch.save({"key": {}, "rounds_done": 1, "state": Planted(marker), "seconds": 1.0}, path)
+
+
+def test_the_planted_file_would_run_code(tmp_path):
+    """The plant of the tests below is live: an unsafe reader runs it."""
+    plant(tmp_path / "x.pt", tmp_path / "ran")
+    torch.load(tmp_path / "x.pt", weights_only=False)
+    assert (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_planted_sweep_checkpoint_is_refused_unread(capsys, tmp_path, legacy):
+    from fedcond.cli import main
+    from fedcond.experiments import EXPERIMENTS
+    from fedcond.run import checkpoint_for
+    from fedcond.sweep import Cell, checkpoint_dir
+
+    db, marker = tmp_path / "r.sqlite", tmp_path / "ran"
+    pname = "smoke[epochs=4]"
+    spec, proto = Cell(EXPERIMENTS["E1/mnist/K=2/rich"], "FedAvg", 1, pname).setup(None)
+    ckpt = checkpoint_for(checkpoint_dir(str(db)), spec, "FedAvg", proto, 1)
+    plant(ckpt.path, marker, legacy)
+    with pytest.warns(UserWarning, match="not loaded.*this run starts over"):
+        code = main(["sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--epochs", "4", "--methods", "FedAvg",
+                     "--seeds", "1", "--db", str(db), "--dry-run"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and "todo  E1/mnist/K=2/rich  FedAvg  seed 1" in out and "resumes" not in out
+    with pytest.warns(UserWarning, match="not loaded"):
+        assert ckpt.load() is None  # the run itself starts over too, and its first save replaces the file
+    assert not marker.exists()
+
+
+def test_an_older_fedcond_pickle_checkpoint_is_not_used(scenario, tmp_path):
+    """The format before safe_state (a pickled State): ignored with a line; the run starts over."""
+    from fedcond.algorithms import State
+
+    ckpt = Checkpoint(tmp_path, {"old": 1}, every_seconds=0)
+    state = State(models=({"w": torch.ones(2)},), assignment=(0,))
+    torch.save({"key": ckpt.key(), "rounds_done": 1, "state": state, "curve": [], "seconds": 1.0}, ckpt.path)
+    with pytest.warns(UserWarning, match="not loaded"):
+        assert ckpt.load() is None
+
+
+def test_a_planted_flower_server_checkpoint_is_refused_unread(tmp_path):
+    pytest.importorskip("flwr")
+    from fedcond.errors import FedcondError
+    from fedcond.flower.config import FlowerRun
+    from fedcond.flower.server import load_checkpoint, save_checkpoint
+    from fedcond.run import ScenarioSpec
+
+    run = FlowerRun(spec=ScenarioSpec(family="E1", dataset="digits", k=2), method="FedAvg", clients=2)
+    marker = tmp_path / "ran"
+    for legacy in (False, True):
+        plant(tmp_path / "server.pt", marker, legacy)
+        with pytest.raises(FedcondError, match="server.pt is not a readable fedcond safe-state file and was not loaded"):
+            load_checkpoint(tmp_path / "server.pt", run)
+    assert not marker.exists()
+    from fedcond.algorithms import State
+
+    state = State(models=({"w": torch.arange(3.0)},), assignment=(0, 0), extra={"c": (torch.zeros(1),), 2: "two"})
+    save_checkpoint(tmp_path / "server.pt", run, state, 4)
+    loaded, done = load_checkpoint(tmp_path / "server.pt", run)
+    assert done == 4 and loaded.extra[2] == "two" and torch.equal(loaded.models[0]["w"], torch.arange(3.0))
+
+
+def test_safe_state_round_trips_exactly():
+    import numpy as np
+
+    from fedcond import safe_state
+    from fedcond.algorithms import State
+
+    t = torch.randn(3, 2, dtype=torch.float64)
+    obj = {"state": State(models=({"w": t, "v": t},), assignment=(1, 0), train_loss=float("nan"),
+                          extra={"a": np.arange(4, dtype=np.int64), "f": np.float64(0.1), (1, 2): [-0.0, float("inf"), 1e-310]})}
+    back = safe_state.decode(*safe_state.encode(obj))
+    s = back["state"]
+    assert type(s) is State and s.assignment == (1, 0) and s.train_loss != s.train_loss
+    assert s.models[0]["w"] is s.models[0]["v"] and torch.equal(s.models[0]["w"], t)
+    assert s.extra["a"].dtype == np.int64 and type(s.extra["f"]) is np.float64 and s.extra["f"] == np.float64(0.1)
+    assert str(s.extra[(1, 2)]) == str([-0.0, float("inf"), 1e-310])
+    with pytest.raises(TypeError, match="cannot store"):
+        safe_state.encode({"f": lambda: 0})

@@ -10,8 +10,10 @@ the uninterrupted one, bit for bit on CPU (tests/test_checkpoint.py checks every
 A checkpoint is used only by the same run of the same code: its file is named by the scenario,
 method, protocol and seed, and it holds a fingerprint of fedcond's source, the library versions
 and which compiled kernels run; a file from other code or another environment is ignored and
-overwritten. The caller removes it once the result is safely recorded. Files are unpickled
-(State holds arbitrary objects): keep the directory your own, as the database.
+overwritten. The caller removes it once the result is safely recorded. A file is data, never code
+(fedcond.safe_state: tensors plus JSON, read with torch's weights-only reader); a file in any other
+form (an older fedcond's pickle, or one planted in the directory) is not loaded: a line says so and
+the run starts over.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from . import safe_state
 
 EVERY_SECONDS = 300.0  # default: a checkpoint costs well under a second, so at most ~5 minutes are lost
 
@@ -99,33 +103,47 @@ class Checkpoint:
                          "source": source_fingerprint(), "environment": environment()}
         return self._key
 
-    def _read(self, mmap: bool = False) -> dict | None:
-        try:  # our own file: State is pickled; mmap leaves the tensors on disk until touched
-            data = torch.load(self.path, map_location="cpu", weights_only=False, mmap=mmap)
+    def _read(self, decode: bool) -> tuple[dict, object] | None:
+        """(header, payload or None) of this run's file by this code, or None (no file, another run's
+        or code's, unreadable). The payload (State, curve) is decoded only if `decode`."""
+        try:
+            header, text, tensors = safe_state.read(self.path, mmap=not decode)  # mmap: tensors stay on disk
         except FileNotFoundError:
             return None
-        except Exception:  # noqa: BLE001 - a torn or foreign file is no progress; it will be overwritten
+        except safe_state.NotSafeState as e:  # nothing of it ran; it will be overwritten
+            warnings.warn(f"fedcond: checkpoint {self.path} {e}; this run starts over", stacklevel=3)
             return None
-        if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
+        saved = header.get("key")
+        if not isinstance(saved, dict):
             return None
-        saved = data["key"]  # the run and the code first: the environment may build and time the kernels
+        # the run and the code first: the environment may build and time the kernels
         if saved.get("source") != source_fingerprint() or saved.get("identity") != self.identity_as_saved:
             return None
-        return data if saved == self.key() else None
+        if saved != json.loads(json.dumps(self.key())):
+            return None
+        if not decode:
+            return header, None
+        try:
+            return header, safe_state.decode(text, tensors)
+        except safe_state.NotSafeState as e:
+            warnings.warn(f"fedcond: checkpoint {self.path} {e}; this run starts over", stacklevel=3)
+            return None
 
     def load(self) -> Resumed | None:
         """The saved progress of this run by this code, or None (no file, another code's, unreadable)."""
-        data = self._read()
-        if data is None:
+        read = self._read(decode=True)
+        if read is None:
             return None
+        header, payload = read
         self._last = time.perf_counter()
-        return Resumed(data["rounds_done"], data["state"], data["curve"], data["seconds"])
+        return Resumed(int(header["rounds_done"]), payload["state"], payload["curve"], float(header["seconds"]))
 
     def progress(self) -> tuple[int, float] | None:
         """(rounds done, seconds spent) that a rerun would resume from, or None; cheap (the tensors
-        are mapped, not read), for planning: `sweep --dry-run` and the progress bar."""
-        data = self._read(mmap=True)
-        return None if data is None else (int(data["rounds_done"]), float(data["seconds"]))
+        are mapped, not read, and the State is not decoded), for planning: `sweep --dry-run` and the
+        progress bar."""
+        read = self._read(decode=False)
+        return None if read is None else (int(read[0]["rounds_done"]), float(read[0]["seconds"]))
 
     def due(self) -> bool:
         return time.perf_counter() - self._last >= self.every_seconds
@@ -140,9 +158,10 @@ class Checkpoint:
         try:
             self._remove_temporaries()  # a save killed mid-write leaves one behind
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"key": self.key(), "rounds_done": rounds_done, "state": state, "curve": curve, "seconds": seconds}, tmp)
+            safe_state.save(tmp, {"state": state, "curve": curve},
+                            header={"key": self.key(), "rounds_done": rounds_done, "seconds": seconds})
             os.replace(tmp, self.path)
-        except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError
+        except (OSError, RuntimeError, TypeError) as e:  # torch.save reports a full disk as RuntimeError
             self._failed = True
             tmp.unlink(missing_ok=True)
             warnings.warn(f"fedcond: cannot save a checkpoint in {self.directory} ({e}); this run goes on without", stacklevel=2)

@@ -21,6 +21,7 @@ SHARED = Path(os.environ.get("FEDCOND_DATA", "/work/shared/datasets"))
 def _isolated(monkeypatch, tmp_path_factory):
     """Keep every test away from the user's cache and from a FEDCOND_DATA set outside."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))  # converted.sha256
     monkeypatch.delenv("FEDCOND_DATA", raising=False)
 
 

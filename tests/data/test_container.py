@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fedcond.data as fd
-from fedcond.data import container
+from fedcond.data import container, mnist
 from fedcond.errors import ChecksumMismatch, FedcondError
 
 
@@ -51,6 +51,28 @@ def test_sidecar_mismatch_refused(tmp_path):
     msg = str(e.value)
     assert str(path) in msg and good in msg and "0" * 64 in msg and "delete it and retry" in msg
     assert "\n" not in msg
+
+
+def test_a_sidecar_does_not_override_a_built_in_hash(tmp_path, gen, monkeypatch):
+    """A replaced mnist.npz.xz with a matching .sha256 beside it is refused; a user's own dataset
+    still brings its sidecar; fedcond's own conversion of an official download is still accepted."""
+    want = gen.idx_set(tmp_path / "official")
+    monkeypatch.setattr(container, "converted_record", lambda: tmp_path / "another-account" / "converted.sha256", raising=False)
+    mnist.convert_idx("mnist", tmp_path / "official", tmp_path / "elsewhere", preset=1)  # someone else's file
+    planted = tmp_path / "data" / "mnist.npz.xz"
+    planted.parent.mkdir()
+    os.replace(tmp_path / "elsewhere" / "mnist.npz.xz", planted)
+    container.sidecar_path(planted).write_text(f"{container.sha256_file(planted)}  mnist.npz.xz\n")
+    monkeypatch.setattr(container, "converted_record", lambda: tmp_path / "account" / "converted.sha256")
+    with pytest.raises(ChecksumMismatch, match="does not override it"):
+        fd.load("mnist", tmp_path / "data")
+    mine = tmp_path / "data" / "mine.npz.xz"  # not a built-in name: its sidecar counts
+    container.write_container(mine, {"a": np.arange(3)}, preset=1)
+    np.testing.assert_array_equal(container.read_container(mine, "fix")["a"], np.arange(3))
+    assert not (tmp_path / "account").exists()  # only built-in names are recorded
+    mnist.convert_idx("mnist", tmp_path / "official", tmp_path / "data", preset=1)  # what `fedcond data download` does
+    np.testing.assert_array_equal(fd.load("mnist", tmp_path / "data").x_train, want["x_train"])
+    assert (tmp_path / "account" / "converted.sha256").read_text().split()[1] == "mnist.npz.xz"
 
 
 def test_unknown_file_without_sidecar_refused(tmp_path):

@@ -63,3 +63,71 @@ def test_too_few_replies_stop_the_round():
         engine._check(3, 1)
     engine._check(3, 2)
     engine._check(1, 1)  # a round that asks one client needs only that one
+
+
+def test_the_final_evaluation_keeps_whoever_answers_and_lists_who_dropped():
+    """A client killed during training cannot evaluate: the others' scores are kept, it is named."""
+    pytest.importorskip("flwr")
+    from types import SimpleNamespace
+
+    import torch
+
+    from fedcond.algorithms import State
+    from fedcond.flower.server import evaluate
+    from fedcond.models import ModelSpec
+
+    counts = {0: 7, 1: 5, 2: 9}  # client 3 was killed in round 1
+
+    def exchange(contents, kind, group):
+        return {i: {"result": {"correct": counts[i], "total": 10}} for i in contents if i in counts}
+
+    ctx = SimpleNamespace(spec=lambda conditioned: ModelSpec((1, 8, 8), 10), federation=SimpleNamespace(num_clients=4))
+    state = State(models=({"w": torch.zeros(2)},), assignment=(0, 0, 0, 0))
+    scores = evaluate(exchange, ctx, state, conditioned=False)
+    assert scores["per_client"] == [0.7, 0.5, 0.9, None] and scores["not_evaluated"] == [3]
+    assert scores["accuracy"] == pytest.approx(0.7) and scores["weighted_accuracy"] == pytest.approx(0.7)
+    with pytest.raises(FedcondError, match="evaluate: only 3 of 4 clients returned their evaluation"):
+        evaluate(exchange, ctx, state, conditioned=False, min_replies=4)
+
+
+class FakeProcess:
+    def __init__(self, code=None, on_poll=None):
+        self.code, self.on_poll = code, on_poll
+
+    def poll(self):
+        if self.on_poll:
+            self.on_poll()
+        return self.code
+
+
+def test_a_deployment_outlives_a_minority_of_its_supernodes(tmp_path, monkeypatch):
+    """One SuperNode of three gone: the run's result still comes back; two gone, or the SuperLink: it stops."""
+    pytest.importorskip("flwr")
+    from types import SimpleNamespace
+
+    from fedcond.flower import deploy
+    from fedcond.flower.config import FlowerRun
+    from fedcond.run import ScenarioSpec
+
+    monkeypatch.setattr(deploy.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0, stdout="", stderr=""))
+    run = FlowerRun(spec=ScenarioSpec(family="E1", dataset="digits", k=2), method="FedAvg", clients=3)
+    out = tmp_path / "result.json"
+    polls = []
+
+    def result_after_three_polls():  # the ServerApp writes its result while the deployment is watched
+        polls.append(1)
+        if len(polls) == 3:
+            out.write_text('[{"accuracy": 0.5}]')
+
+    deployment = deploy.LocalDeployment(clients=3, workdir=tmp_path)
+    deployment.procs = [FakeProcess(on_poll=result_after_three_polls), FakeProcess(), FakeProcess(-9), FakeProcess()]
+    assert deployment.submit(run, out, timeout=60) == [{"accuracy": 0.5}]
+    assert deployment.min_available == 2  # a majority by default
+    deployment.procs = [FakeProcess(), FakeProcess(-9), FakeProcess(-9), FakeProcess()]
+    with pytest.raises(FedcondError, match="only 1 of 3 SuperNodes are running \\(min_available=2"):
+        deployment.submit(run, tmp_path / "never.json", timeout=60)
+    deployment.procs = [FakeProcess(1), FakeProcess(), FakeProcess(), FakeProcess()]
+    with pytest.raises(FedcondError, match="the SuperLink exited early"):
+        deployment.submit(run, tmp_path / "never.json", timeout=60)
+    with pytest.raises(FedcondError, match="min_available must be between 1 and the 3 SuperNodes"):
+        deploy.LocalDeployment(clients=3, workdir=tmp_path, min_available=4)

@@ -3,6 +3,13 @@
 Every file is checked against its sha256 before a single array is used: the
 known hash of the shared files (from the datasets README), or the sidecar
 ``<file>.sha256`` that :func:`write_container` writes next to converted files.
+
+A built-in dataset's hash wins over a sidecar: a file and a ``.sha256`` beside it are written by
+the same hand, so a sidecar could vouch for any replacement of ``mnist.npz.xz``. Such a name
+takes its published hash, or one that fedcond itself wrote on this account when it converted an
+official download (``fedcond data download`` of the official pixels under the same name): those
+are recorded in the user's fedcond data folder (``converted.sha256``), outside the data directory.
+A user's own dataset, under a name without a built-in hash, still brings its own sidecar.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+import platformdirs
 
 from fedcond.errors import ChecksumMismatch, FedcondError
 
@@ -60,13 +68,37 @@ def read_sidecar(path: Path) -> str | None:
     return digest
 
 
+def converted_record() -> Path:
+    """Where fedcond records the hashes of the built-in-named files it converted on this account."""
+    return Path(platformdirs.user_data_dir("fedcond")) / "converted.sha256"
+
+
+def _converted_here(name: str) -> set[str]:
+    try:
+        lines = converted_record().read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {d for d, n in (line.split(maxsplit=1) for line in lines if len(line.split()) == 2) if n == name}
+
+
+def _record_converted(path: Path, digest: str) -> None:
+    record = converted_record()
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        with open(record, "a", encoding="ascii") as f:
+            f.write(f"{digest}  {path.name}\n")
+    except OSError:  # loading this file will then say it matches no built-in hash
+        pass
+
+
 def expected_sha256(path: Path) -> tuple[str, str]:
-    """(hash, where it comes from) for a container file; a sidecar wins over the known table."""
+    """(hash, where it comes from) for a container file: a built-in name's published hash (no
+    sidecar overrides it), else the sidecar."""
+    if path.name in KNOWN_SHA256:
+        return KNOWN_SHA256[path.name], "the published hash of the shared file; a .sha256 beside it does not override it"
     digest = read_sidecar(path)
     if digest is not None:
         return digest, f"from {sidecar_path(path).name}"
-    if path.name in KNOWN_SHA256:
-        return KNOWN_SHA256[path.name], "the published hash of the shared file"
     raise FedcondError(f"no checksum known for {path}: files written by `fedcond data download` have a "
                        f"{path.name}{SIDECAR_SUFFIX} next to them; to trust this file, write its sha256 there")
 
@@ -89,7 +121,7 @@ def _stat_key(st: os.stat_result, path: Path) -> tuple[str, int, int]:
 
 def _compare(path: Path, actual: str, fix: str) -> str:
     expected, source = expected_sha256(path)
-    if actual != expected:
+    if actual != expected and not (path.name in KNOWN_SHA256 and actual in _converted_here(path.name)):
         raise ChecksumMismatch(f"{path} has sha256 {actual} but {expected} was expected ({source}); "
                                f"the file is damaged or was replaced and was not used: {fix}")
     return actual
@@ -169,6 +201,8 @@ def write_container(path: Path, arrays: Mapping[str, np.ndarray], *, preset: int
             h.update(out)
             f.write(out)
         digest = h.hexdigest()
+        if path.name in KNOWN_SHA256:  # an official download under a built-in name: vouched for outside the data directory
+            _record_converted(path, digest)
         if sidecar:
             side = sidecar_path(path)
             side_tmp = side.with_name(f".{side.name}.tmp")

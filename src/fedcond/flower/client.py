@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -121,18 +122,38 @@ def _raw_stats(context: Context) -> np.ndarray:
     return raw
 
 
+def _secagg_trust(context: Context, run: FlowerRun) -> tuple[int, bytes | None, dict[int, bytes] | None]:
+    """(min_peers, this node's identity key, the roster) from the node's own config, never from the
+    server: `secagg-min-peers` (default secure_sum.default_min_peers of the roster's size, else of
+    the run's), `secagg-identity` (a file: this client's Ed25519 private key, hex) and
+    `secagg-roster` (a file: JSON {client index: Ed25519 public key, hex})."""
+    cfg = context.node_config
+    try:
+        identity = bytes.fromhex(Path(str(cfg["secagg-identity"])).read_text().strip()) if "secagg-identity" in cfg else None
+        roster = ({int(k): bytes.fromhex(v) for k, v in json.loads(Path(str(cfg["secagg-roster"])).read_text()).items()}
+                  if "secagg-roster" in cfg else None)
+    except (OSError, ValueError, AttributeError) as e:
+        raise FedcondError(f"secure sum: cannot read this node's secagg-identity or secagg-roster ({e})") from None
+    default = secure_sum.default_min_peers(len(roster) if roster else run.clients)
+    return int(cfg.get("secagg-min-peers", default)), identity, roster
+
+
 @app.query("secagg")
 def secagg(msg: Message, context: Context) -> Message:
     torch.set_num_threads(1)
     job = msg.content["job"]
+    run, index = _setup(context)
+    min_peers, identity, roster = _secagg_trust(context, run)
     if job["phase"] == "keys":
         private, public = secure_sum.new_keypair()
-        context.state["fedcond.secagg"] = ConfigRecord({"private": private})
-        return _reply(msg, {"public": public})
-    _, index = _setup(context)
+        context.state["fedcond.secagg"] = ConfigRecord({"private": private, "public": public})
+        signature = secure_sum.sign_key(identity, index, public) if identity is not None else b""
+        return _reply(msg, {"public": public, "signature": signature})
     raw = _raw_stats(context)
     publics = {int(k): bytes.fromhex(v) for k, v in json.loads(job["publics"]).items()}
-    upload = secure_sum.masked_upload(raw, index, context.state["fedcond.secagg"]["private"], publics)
+    signatures = {int(k): bytes.fromhex(v) for k, v in json.loads(job.get("signatures", "{}")).items()}
+    mine = context.state["fedcond.secagg"]
+    upload = secure_sum.client_upload(raw, index, mine["private"], mine["public"], publics, min_peers, signatures, roster)
     return _reply(msg, {"masked": upload})
 
 

@@ -56,11 +56,18 @@ def _bin(name: str) -> str:
 
 
 class LocalDeployment:
-    """SuperLink + SuperNodes as child processes; `with` stops them (SIGTERM, then SIGKILL)."""
+    """SuperLink + SuperNodes as child processes; `with` stops them (SIGTERM, then SIGKILL).
 
-    def __init__(self, clients: int, workdir: Path, data_dir: str | None = None):
+    As in Flower, a federation outlives some of its SuperNodes: `submit` gives up only when the
+    SuperLink exits or fewer than `min_available` SuperNodes are left (default: a majority). What
+    the run does without a node's replies is the run's own rule (FlowerRun.min_replies)."""
+
+    def __init__(self, clients: int, workdir: Path, data_dir: str | None = None, min_available: int | None = None):
         self.clients, self.workdir = clients, Path(workdir)
         self.data_dir = data_dir
+        self.min_available = clients // 2 + 1 if min_available is None else min_available
+        if not 1 <= self.min_available <= clients:
+            raise FedcondError(f"min_available must be between 1 and the {clients} SuperNodes, got {min_available}")
         self.procs: list[subprocess.Popen] = []
         self.http_port = free_port()  # Flower 1.42: the Fleet, ServerAppIo and Control APIs share one HTTP port
         self.flwr_home = self.workdir / "flwr-home"
@@ -106,13 +113,21 @@ class LocalDeployment:
                               cwd=self.workdir, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise FedcondError(f"flwr run failed: {(done.stdout + done.stderr).strip().splitlines()[-1:]}")
+        return self.wait_for_result(out, timeout)
+
+    def wait_for_result(self, out: Path, timeout: float, poll: float = 0.5) -> list[dict]:
         deadline = time.monotonic() + timeout
         while not out.exists():
             if time.monotonic() > deadline:
                 raise FedcondError(f"no result from the deployment within {timeout:.0f} s (logs in {self.workdir})")
-            if any(p.poll() is not None for p in self.procs):
-                raise FedcondError(f"a SuperLink or SuperNode process exited early (logs in {self.workdir})")
-            time.sleep(0.5)
+            superlink, nodes = self.procs[0], self.procs[1:]
+            if superlink.poll() is not None:
+                raise FedcondError(f"the SuperLink exited early (logs in {self.workdir})")
+            alive = sum(p.poll() is None for p in nodes)
+            if alive < self.min_available:
+                raise FedcondError(f"only {alive} of {len(nodes)} SuperNodes are running (min_available={self.min_available}; "
+                                   f"logs in {self.workdir})")
+            time.sleep(poll)
         time.sleep(0.2)  # the file is written in one call; give it a moment to be complete
         return json.loads(out.read_text())
 

@@ -25,7 +25,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 
 from ..algorithms import Context, State, hyperparameters, make_algorithm
 from ..engine import Job, JobResult, SGDConfig
-from .. import stats as S
+from .. import safe_state, stats as S
 from ..errors import FedcondError
 from ..models import ModelSpec
 from ..scenarios.federation import Federation
@@ -184,12 +184,14 @@ def secure_normalisation(exchange: Exchange, clients: list[int], width: int, how
         keys = exchange({i: RecordDict({"job": ConfigRecord({"phase": "keys"})}) for i in clients}, "query.secagg", "stats")
         if len(keys) < len(clients):
             raise FedcondError("secure normalisation: a client dropped out during the key exchange; start the run again")
-        publics = {str(i): keys[i]["result"]["public"] for i in clients}
-        uploads = exchange({i: RecordDict({"job": ConfigRecord({"phase": "masked", "publics": json.dumps({k: v.hex() for k, v in publics.items()})})})
-                            for i in clients}, "query.secagg", "stats")
+        publics = {str(i): keys[i]["result"]["public"].hex() for i in clients}
+        signatures = {str(i): keys[i]["result"].get("signature", b"").hex() for i in clients}  # checked by each client
+        job = {"phase": "masked", "publics": json.dumps(publics), "signatures": json.dumps(signatures)}
+        uploads = exchange({i: RecordDict({"job": ConfigRecord(job)}) for i in clients}, "query.secagg", "stats")
         if len(uploads) < len(clients):
-            raise FedcondError("secure normalisation: a client dropped out before its masked upload; start the run again")
-        s1, s2 = secure_sum.unmask_sums([uploads[i]["result"]["masked"] for i in clients])
+            raise FedcondError("secure normalisation: a client dropped out or refused the key list before its masked upload; "
+                               "start the run again")
+        s1, s2 = secure_sum.unmask_sums({i: uploads[i]["result"]["masked"] for i in clients}, width)
         mean, std = secure_sum.zscore_from_sums(s1, s2, len(clients))
         content = {"how": "zscore", "mean": json.dumps(mean.tolist()), "std": json.dumps(std.tolist())}
         replies = exchange({i: RecordDict({"job": ConfigRecord(content)}) for i in clients}, "query.stats", "stats")
@@ -200,18 +202,30 @@ def secure_normalisation(exchange: Exchange, clients: list[int], width: int, how
 
 def save_checkpoint(path: Path, run: FlowerRun, state: State, done: int) -> None:
     tmp = path.with_suffix(".tmp")
-    torch.save({"run": run.to_json(), "rounds_done": done, "state": state}, tmp)
+    safe_state.save(tmp, state, header={"run": run.to_json(), "rounds_done": done})  # data, never code
     os.replace(tmp, path)  # atomic: a crash mid-write leaves the previous checkpoint
 
 
 def load_checkpoint(path: Path, run: FlowerRun) -> tuple[State, int] | None:
-    if not path.exists():
+    """The state saved at `path` by this run, or None if there is no file. Anything but a safe-state
+    file of this run (an older fedcond's pickle, a planted file) stops the run unread."""
+    try:
+        header, text, tensors = safe_state.read(path)
+    except FileNotFoundError:
         return None
-    ckpt = torch.load(path, weights_only=False)
-    old = FlowerRun.from_json(ckpt["run"])
+    except safe_state.NotSafeState as e:
+        raise FedcondError(f"checkpoint {path} {e}; remove it or choose another path") from None
+    try:
+        old = FlowerRun.from_json(header["run"])
+        done = int(header["rounds_done"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise FedcondError(f"checkpoint {path} does not say which run it belongs to ({e}); remove it or choose another path") from None
     if dataclasses.replace(old, rounds=None, drop=()) != dataclasses.replace(run, rounds=None, drop=()):
         raise FedcondError(f"checkpoint {path} belongs to a different run; remove it or choose another path")
-    return ckpt["state"], int(ckpt["rounds_done"])
+    state = safe_state.decode(text, tensors)
+    if not isinstance(state, State):
+        raise FedcondError(f"checkpoint {path} does not hold a training state; remove it or choose another path")
+    return state, done
 
 
 def _to_stderr(line: str) -> None:
@@ -270,20 +284,21 @@ def serve(grid, run: FlowerRun, log: Callable[[str], None] = _to_stderr) -> dict
         log(f"round {r + 1}/{run.num_rounds}: train loss {state.train_loss:.4f}")
         if ckpt_path:
             save_checkpoint(ckpt_path, run, state, r + 1)
-    per_client, correct, total, epsilons = evaluate(exchange, ctx, state, alg.conditioned)
+    scores = evaluate(exchange, ctx, state, alg.conditioned, run.min_replies)  # whoever answers; the rest listed
     return {
-        "method": run.method, "experiment": run.experiment, "rounds": run.num_rounds, "resumed_after": done,
-        "accuracy": float(np.mean(per_client)), "accuracy_std": float(np.std(per_client)),
-        "weighted_accuracy": correct / max(1, total), "per_client": per_client,
+        "method": run.method, "experiment": run.experiment, "rounds": run.num_rounds, "resumed_after": done, **scores,
         "train_loss": state.train_loss, "history": history, "hyperparameters": hyperparameters(alg),
         "dropped": [list(d) for d in exchange.dropped], "seconds": time.perf_counter() - start,
-        "epsilon": max(epsilons) if epsilons else None, "delta": run.dp.delta if run.dp else None,
+        "delta": run.dp.delta if run.dp else None,
         "normalisation": run.normalisation if alg.conditioned else None,
     }
 
 
-def evaluate(exchange: Exchange, ctx: ServerContext, state: State, conditioned: bool):
-    """Each client scores the model it is assigned on its own test set; only counts come back."""
+def evaluate(exchange: Exchange, ctx: ServerContext, state: State, conditioned: bool, min_replies: int = 1) -> dict:
+    """Each client scores the model it is assigned on its own test set; only counts come back.
+    A client that does not answer (it dropped out) is listed in `not_evaluated` with None in
+    `per_client`; the accuracies are over the clients that answered, unless fewer than
+    `min_replies` did."""
     spec_json = json.dumps(dataclasses.asdict(ctx.spec(conditioned)))
     contents = {}
     for i in range(ctx.federation.num_clients):
@@ -293,14 +308,21 @@ def evaluate(exchange: Exchange, ctx: ServerContext, state: State, conditioned: 
         content["job"] = ConfigRecord({"spec": spec_json, "ref": json.dumps(ref)})
         contents[i] = content
     replies = exchange(contents, "evaluate", "evaluate")
-    if len(replies) < len(contents):
-        missing = sorted(set(contents) - set(replies))
-        raise FedcondError(f"clients {missing} did not return their evaluation")
+    missing = sorted(set(contents) - set(replies))
+    if len(replies) < min(min_replies, len(contents)):
+        raise FedcondError(f"evaluate: only {len(replies)} of {len(contents)} clients returned their evaluation "
+                           f"(min_replies={min_replies}); clients {missing} did not")
     per_client, correct, total, eps = [], 0, 0, []
     for i in range(len(contents)):
+        if i not in replies:
+            per_client.append(None)
+            continue
         m = replies[i]["result"]
         per_client.append(m["correct"] / max(1, m["total"]))
         correct, total = correct + int(m["correct"]), total + int(m["total"])
         if "epsilon" in m:
             eps.append(float(m["epsilon"]))
-    return per_client, correct, total, eps
+    answered = [a for a in per_client if a is not None]
+    return {"accuracy": float(np.mean(answered)), "accuracy_std": float(np.std(answered)),
+            "weighted_accuracy": correct / max(1, total), "per_client": per_client, "not_evaluated": missing,
+            "epsilon": max(eps) if eps else None}
