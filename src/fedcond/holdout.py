@@ -7,7 +7,9 @@ in the secure sum), and is evaluated on its own test set with the model the meth
 newcomer: the one global model (FedAvg, Conditional, Conditional-FedAvg and other single-model
 methods, Conditional with the newcomer's statistic), its true cluster's model (Oracle). Methods
 whose models belong to the training clients (Local, Ditto, Gossip, DAC) have nothing to give a
-newcomer and report no unseen accuracy.
+newcomer and report no unseen accuracy. A method that serves newcomers its own way (FedAvg-FT and
+FedRep fine-tune, pFedHN fits an embedding, PeFLL embeds the newcomer's data) says so with
+`serve_newcomer(ctx, state, client, client_id) -> params`.
 """
 
 from __future__ import annotations
@@ -79,11 +81,15 @@ def evaluate_unseen(ctx: Context, alg: Algorithm, state: State, unseen: Unseen, 
     scores = ctx.supervision.collapse if ctx.supervision is not None else None
     per_client = []
     for j, (client, k) in enumerate(zip(unseen.clients, unseen.cluster)):
-        g = newcomer_model(alg, state, train_cluster, int(k))
-        if g is None:
-            return {}
+        if hasattr(alg, "serve_newcomer"):  # the method's own protocol for novel clients
+            params = alg.serve_newcomer(ctx, state, client, unseen.ids[j])
+        else:
+            g = newcomer_model(alg, state, train_cluster, int(k))
+            if g is None:
+                return {}
+            params = state.models[g]
         s = stats[j].expand(client.n_test, -1) if alg.conditioned else None
-        pred = predict(model, state.models[g], client.x_test, s, scores=scores)
+        pred = predict(model, params, client.x_test, s, scores=scores)
         per_client.append(float((pred == client.y_test).float().mean()) if client.n_test else 0.0)
     return {"unseen_accuracy": float(np.mean(per_client)), "unseen_per_client": per_client,
             "unseen_clients": list(unseen.ids)}

@@ -10,12 +10,16 @@ from .base import Algorithm, Context, State, hyperparameters
 from .dac import DAC, DACLoss
 from .ditto import Ditto
 from .fedavg import ConditionalFedAvg, FedAvg
+from .fedavg_ft import FedAvgFT
 from .feddc import FedDC
 from .feddyn import FedDyn
 from .fedproc import FedProc
 from .fedprox import FedProx
+from .fedrep import FedRep
 from .gossip import Gossip
 from .ifca import IFCA
+from .pefll import PeFLL
+from .pfedhn import PFedHN
 from .pooled import Conditional, Local, Oracle
 from .scaffold import Scaffold
 
@@ -38,6 +42,11 @@ ALGORITHMS: dict[str, type] = {
     "FedDyn": FedDyn,
     "FedDC": FedDC,
     "FedProc": FedProc,
+    # personalisation rivals of Conditional (issue 45)
+    "FedAvg-FT": FedAvgFT,
+    "FedRep": FedRep,
+    "pFedHN": PFedHN,
+    "PeFLL": PeFLL,
 }
 
 # The eight methods of the paper, in its table order; those not yet implemented are skipped by `all`.
