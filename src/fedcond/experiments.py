@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
-import re
 from dataclasses import dataclass
 
+from . import grammar
 from .algorithms import PAPER_METHODS
 from .errors import FedcondError
 from .protocol import JDFL_PROTOCOL, PAPER, Protocol
@@ -110,28 +110,7 @@ def cell_changes(exp: Experiment, changes: dict) -> dict:
 
 def parse_variant(name: str) -> tuple[str, dict]:
     """`paper[lr=0.02,groups=0,1|2,3]` -> ("paper", {"lr": 0.02, "groups": "0,1|2,3"}); values typed as the Protocol's."""
-    preset, _, rest = name.partition("[")
-    changes: dict = {}
-    if rest:
-        if not rest.endswith("]") or not re.match(r"^\w+=", rest):
-            raise FedcondError(f"bad protocol name '{name}'")
-        body, fields = rest[:-1], {f.name: f for f in dataclasses.fields(Protocol)}
-        keys = [m for m in re.finditer(r"(?:^|,)(\w+)=", body)]
-        for i, m in enumerate(keys):
-            key = m.group(1)
-            value = body[m.end(): keys[i + 1].start() if i + 1 < len(keys) else len(body)]
-            if key in SCENARIO_OPTIONS:
-                changes[key] = value
-            elif key in PROTOCOL_OPTIONS:
-                kind = str(fields[key].type)
-                try:
-                    changes[key] = (int(value) if kind == "int" else float(value) if kind == "float"
-                                    else None if value == "None" else value)
-                except ValueError:
-                    raise FedcondError(f"bad protocol name '{name}': {key} takes a number, got '{value}'") from None
-            else:
-                raise FedcondError(f"bad protocol name '{name}': unknown option '{key}'")
-    return preset, changes
+    return grammar.parse_variant(name, Protocol, PROTOCOL_OPTIONS, text_options=SCENARIO_OPTIONS)
 
 
 def protocol(name: str) -> tuple[Protocol, float]:
