@@ -17,6 +17,7 @@ from . import grammar
 from .algorithms import PAPER_METHODS
 from .errors import FedcondError
 from .protocol import JDFL_PROTOCOL, PAPER, Protocol
+from .scenarios import ScenarioSpec
 from .scenarios.groupings import E4B_SPARSITY_TOTAL, ROTATIONS, SPARSITY
 
 
@@ -37,8 +38,6 @@ class Experiment:
     #   | study: the earlier study's (SPEC Part B, fedcond.synthetic), run by its own code
 
     def spec(self, seed: int = 0, data_dir: str | None = None, fraction: float = 1.0, groups: str | None = None):
-        from .run import ScenarioSpec
-
         return ScenarioSpec(family=self.family, dataset=self.dataset, k=self.k, clients_per_cluster=self.clients_per_cluster,
                             clients=self.clients, rotations=self.rotations, seed=seed, data_dir=data_dir, fraction=fraction,
                             groups=groups if self.family in ("E1", "E2a") else None)
