@@ -390,11 +390,11 @@ def _study(args) -> int:
 
     torch.set_num_threads(1)
     if args.study_command == "synthetic":
-        from .synthetic import main as synthetic_main
+        from .study.synthetic import main as synthetic_main
 
         synthetic_main(seed=args.seed)
     else:
-        from .emnist_study import main as emnist_main
+        from .study.emnist import main as emnist_main
         from .engine import check_device
 
         check_device(args.device)

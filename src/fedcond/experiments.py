@@ -35,7 +35,7 @@ class Experiment:
     methods: tuple[str, ...] = PAPER_METHODS
     preset: str = "paper"  # the protocol preset its cells run under unless a sweep names another
     kind: str = "train"  # train: methods are trained and evaluated | discovery: JDFL's discovery diagnostics
-    #   | study: the earlier study's (SPEC Part B, fedcond.synthetic), run by its own code
+    #   | study: the earlier study's (SPEC Part B, fedcond.study), run by its own code
 
     def spec(self, seed: int = 0, data_dir: str | None = None, fraction: float = 1.0, groups: str | None = None):
         return ScenarioSpec(family=self.family, dataset=self.dataset, k=self.k, clients_per_cluster=self.clients_per_cluster,
@@ -181,7 +181,7 @@ def _build() -> dict[str, Experiment]:
 
 def study_experiments() -> list[Experiment]:
     """The earlier study's settings (SPEC Part B: MCDC/*), in the same registry as the paper's."""
-    from .synthetic import EXPERIMENTS as STUDY
+    from .study import EXPERIMENTS as STUDY
 
     return [Experiment(name, family="MCDC", dataset=e.dataset, k=e.clusters, methods=tuple(e.methods), kind="study")
             for name, e in STUDY.items()]

@@ -228,10 +228,10 @@ def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, l
 
 
 def _run_study(con, cells: list[Cell], opts: _Options, counts: dict, log, device: str = "cpu") -> None:
-    """The earlier study's cells (SPEC Part B, `fedcond.synthetic.EXPERIMENTS`): same cells, same
+    """The earlier study's cells (SPEC Part B, `fedcond.study.EXPERIMENTS`): same cells, same
     resume rules; each (experiment, seed, protocol) runs its methods not yet recorded, then records them."""
-    from .synthetic import EXPERIMENTS as STUDY
-    from .synthetic import record
+    from .study import EXPERIMENTS as STUDY
+    from .study import record
 
     for (name, seed, pname), group in _groups(cells).items():
         exp = STUDY[name]
