@@ -77,12 +77,12 @@ def test_whatever_trains_or_evaluates_sets_the_mode_in_the_thread_that_runs_it(m
     if not torch.set_flush_denormal(True):
         pytest.skip("this CPU cannot flush subnormals")
     assert seen == {"inside": True}
-    from fedcond import emnist_study, encoder
+    from fedcond import encoder
     from fedcond.engine import local_sgd
-    from fedcond.synthetic import models
+    from fedcond.study import emnist, models
 
     trainers = [local_sgd.train_job, local_sgd.mean_loss, local_sgd.predict,
-                encoder._train_on, emnist_study.train_model, models.train]
+                encoder._train_on, emnist.train_model, models.train]
     if all(importlib.util.find_spec(name) is not None for name in ("flwr", "opacus")):  # the Flower extra
         from fedcond.flower import dp
 

@@ -58,14 +58,30 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats-normalisation", choices=["zscore", "log", "none"], help="default zscore (the paper's)")
     p.add_argument("--encoder-source", choices=["cifar100", "cifar10", "pacs32"],
                    help="CIFAR statistics: the cross-trained encoder to use (default: the other CIFAR, as in the paper)")
-    p.add_argument("--statistic", help="what conditioned models receive: eigenvalues (default, the paper's), class_means "
-                   "(label frequencies and projected class means: sees label permutations and rotations) or random "
-                   "(the control: a random vector per client, no data)")
+    p.add_argument("--statistic", help="what conditioned models receive (default eigenvalues): " + _statistics_help())
     p.add_argument("--eval-every", type=int, help="evaluate every N rounds: the accuracy curve and the best round are "
                    "stored with the row (default 0: after the last round only)")
     p.add_argument("--holdout-clients", type=int, help="per cluster, clients kept out of training and evaluated as "
                    "newcomers with their own statistic (unseen accuracy reported beside the seen one)")
 
+
+# Help texts generated from the registries, so that a new statistic, family or dataset shows in --help.
+def _statistics_help() -> str:
+    from .stats import STATISTICS
+
+    return "; ".join(f"{name}: {stat.description}" for name, stat in STATISTICS.items())
+
+
+def _families_help() -> str:
+    from .scenarios import FAMILIES
+
+    return ", ".join(f"{name} ({builder.__name__.replace('_', ' ')})" for name, builder in FAMILIES.items())
+
+
+def _datasets_help() -> str:
+    from .data.registry import DATASETS
+
+    return ", ".join("digits (embedded, default)" if name == "digits" else name for name in DATASETS)
 
 GROUPS_HELP = ("E1 / E2a class grouping: semantic (default: classes of one kind together), blocks (consecutive "
                "labels), or explicit groups such as '0,2,3,4,6|1,5,7,8,9'")
@@ -73,10 +89,11 @@ GROUPS_HELP = ("E1 / E2a class grouping: semantic (default: classes of one kind 
 
 def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> None:
     if family_positional:
-        p.add_argument("family", help="E1, E2a, E2b, E3a, E3b, E4a, E4b or domain (JDFL: pacs, office_caltech)")
+        p.add_argument("family", help=f"heterogeneity family: {_families_help()}; domain (JDFL) on pacs or office_caltech")
     else:
-        p.add_argument("--scenario", dest="family", default="E1", help="heterogeneity family (default E1, label shift; domain: one domain per client, for JDFL)")
-    p.add_argument("--dataset", default="digits", help="digits (embedded, default), mnist, fmnist, cifar10, cifar100")
+        p.add_argument("--scenario", dest="family", default="E1",
+                       help=f"heterogeneity family (default E1): {_families_help()}; domain (JDFL) on pacs or office_caltech")
+    p.add_argument("--dataset", default="digits", help=_datasets_help())
     p.add_argument("--k", type=_positive_int, help="clusters K (E1, E2a, E3a, E3b) or covariate clusters C (E4b); default 5 for run, 2 otherwise")
     p.add_argument("--rotations", help="E2b rotation configuration C1..C4 (default C1)")
     group = p.add_mutually_exclusive_group()
@@ -373,11 +390,11 @@ def _study(args) -> int:
 
     torch.set_num_threads(1)
     if args.study_command == "synthetic":
-        from .synthetic import main as synthetic_main
+        from .study.synthetic import main as synthetic_main
 
         synthetic_main(seed=args.seed)
     else:
-        from .emnist_study import main as emnist_main
+        from .study.emnist import main as emnist_main
         from .engine import check_device
 
         check_device(args.device)

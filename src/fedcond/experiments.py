@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
-import re
 from dataclasses import dataclass
 
+from . import grammar
 from .algorithms import PAPER_METHODS
 from .errors import FedcondError
 from .protocol import JDFL_PROTOCOL, PAPER, Protocol
+from .scenarios import ScenarioSpec
 from .scenarios.groupings import E4B_SPARSITY_TOTAL, ROTATIONS, SPARSITY
 
 
@@ -34,11 +35,9 @@ class Experiment:
     methods: tuple[str, ...] = PAPER_METHODS
     preset: str = "paper"  # the protocol preset its cells run under unless a sweep names another
     kind: str = "train"  # train: methods are trained and evaluated | discovery: JDFL's discovery diagnostics
-    #   | study: the earlier study's (SPEC Part B, fedcond.synthetic), run by its own code
+    #   | study: the earlier study's (SPEC Part B, fedcond.study), run by its own code
 
     def spec(self, seed: int = 0, data_dir: str | None = None, fraction: float = 1.0, groups: str | None = None):
-        from .run import ScenarioSpec
-
         return ScenarioSpec(family=self.family, dataset=self.dataset, k=self.k, clients_per_cluster=self.clients_per_cluster,
                             clients=self.clients, rotations=self.rotations, seed=seed, data_dir=data_dir, fraction=fraction,
                             groups=groups if self.family in ("E1", "E2a") else None)
@@ -110,28 +109,7 @@ def cell_changes(exp: Experiment, changes: dict) -> dict:
 
 def parse_variant(name: str) -> tuple[str, dict]:
     """`paper[lr=0.02,groups=0,1|2,3]` -> ("paper", {"lr": 0.02, "groups": "0,1|2,3"}); values typed as the Protocol's."""
-    preset, _, rest = name.partition("[")
-    changes: dict = {}
-    if rest:
-        if not rest.endswith("]") or not re.match(r"^\w+=", rest):
-            raise FedcondError(f"bad protocol name '{name}'")
-        body, fields = rest[:-1], {f.name: f for f in dataclasses.fields(Protocol)}
-        keys = [m for m in re.finditer(r"(?:^|,)(\w+)=", body)]
-        for i, m in enumerate(keys):
-            key = m.group(1)
-            value = body[m.end(): keys[i + 1].start() if i + 1 < len(keys) else len(body)]
-            if key in SCENARIO_OPTIONS:
-                changes[key] = value
-            elif key in PROTOCOL_OPTIONS:
-                kind = str(fields[key].type)
-                try:
-                    changes[key] = (int(value) if kind == "int" else float(value) if kind == "float"
-                                    else None if value == "None" else value)
-                except ValueError:
-                    raise FedcondError(f"bad protocol name '{name}': {key} takes a number, got '{value}'") from None
-            else:
-                raise FedcondError(f"bad protocol name '{name}': unknown option '{key}'")
-    return preset, changes
+    return grammar.parse_variant(name, Protocol, PROTOCOL_OPTIONS, text_options=SCENARIO_OPTIONS)
 
 
 def protocol(name: str) -> tuple[Protocol, float]:
@@ -204,7 +182,7 @@ def _build() -> dict[str, Experiment]:
 
 def study_experiments() -> list[Experiment]:
     """The earlier study's settings (SPEC Part B: MCDC/*), in the same registry as the paper's."""
-    from .synthetic import EXPERIMENTS as STUDY
+    from .study import EXPERIMENTS as STUDY
 
     return [Experiment(name, family="MCDC", dataset=e.dataset, k=e.clusters, methods=tuple(e.methods), kind="study")
             for name, e in STUDY.items()]

@@ -14,7 +14,6 @@ import os
 import queue
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -26,64 +25,8 @@ from .errors import FedcondError
 from .engine import SGDConfig, make_engine
 from .engine.pool import terminate_pool
 from .protocol import Protocol
-from .scenarios import Scenario, make_scenario
+from .scenarios import Scenario, ScenarioSpec
 from .simulate import MethodResult, run_method
-
-
-@dataclass(frozen=True)
-class ScenarioSpec:
-    """A scenario by its arguments: cheap to pickle, rebuilt identically anywhere."""
-
-    family: str = "E1"
-    dataset: str = "digits"
-    k: int | None = 5
-    clients_per_cluster: int | None = None
-    clients: int | None = None
-    rotations: str | None = None
-    seed: int = 0
-    data_dir: str | None = None
-    fraction: float = 1.0  # keep this share of every split (stratified, seeded): the smoke protocol's speed
-    groups: str | None = None  # E1 / E2a class grouping: a name (scenarios.groupings.GROUPINGS) or '0,1|2,3'; None: default
-
-    def __post_init__(self):
-        from .scenarios import canonical_family
-
-        object.__setattr__(self, "family", canonical_family(self.family))
-
-    def build(self) -> Scenario:
-        from . import data
-        from .scenarios.partition import subsample
-
-        load = partial(data.load, data_dir=self.data_dir)
-        if self.fraction < 1.0:
-            base = load
-            load = lambda name: subsample(base(name), self.fraction, self.seed)  # noqa: E731
-        return make_scenario(
-            self.family, self.dataset, load, k=self.k, clients_per_cluster=self.clients_per_cluster,
-            clients=self.clients, rotations=self.rotations, seed=self.seed, groups=self.groups,
-        )
-
-    def describe(self) -> dict:
-        """The arguments as a results row records them; E1/E2a with the class groups resolved, so a
-        row says which grouping made it even after the default changes."""
-        d = dataclasses.asdict(self)
-        d.pop("data_dir")
-        if d["fraction"] == 1.0:
-            d.pop("fraction")
-        resolved = self.resolved_groups()
-        if resolved is not None:
-            d["groups"] = resolved
-        return {k: v for k, v in d.items() if v is not None}
-
-    def resolved_groups(self) -> str | None:
-        """E1 / E2a: the class groups as '0,1,2|3,4' (no data read); None for other families."""
-        from .scenarios import groupings as G
-
-        if self.family == "E1" and self.dataset != "cifar100":
-            return G.format_groups(G.e1_groups(self.dataset, self.k or 2, self.groups))
-        if self.family == "E2a":
-            return G.format_groups(m for _, m in G.e2a_superclasses(self.dataset, self.groups))
-        return None
 
 
 @dataclass(frozen=True)

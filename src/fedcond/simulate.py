@@ -61,14 +61,10 @@ def raw_statistics(fed, protocol: Protocol, data_dir=None, seed: int = 0, client
     `clients` (default: the federation's) with their ids `ids` (the random control's draw)."""
     clients = fed.clients if clients is None else clients
     ids = list(range(len(clients))) if ids is None else list(ids)
-    if protocol.statistic == "random":
-        return S.random_vectors(ids, protocol.num_eigenvalues, seed)
-    phi = feature_map(fed, protocol, data_dir)
-    if protocol.statistic == "class_means":
-        rows = [S.class_means(phi(c.x_train), c.y_train, fed.num_classes) for c in clients]
-        return np.stack(rows) if rows else np.zeros((0, S.statistic_dim("class_means", 0, fed.num_classes)))
-    return S.client_statistics([c.x_train for c in clients], [c.y_train for c in clients], fed.num_classes,
-                               l=protocol.num_eigenvalues, phi=phi, method=protocol.stats_method)
+    stat = S.STATISTICS[S.check_statistic(protocol.statistic)]
+    phi = feature_map(fed, protocol, data_dir) if stat.uses_data else None
+    return stat.compute([c.x_train for c in clients], [c.y_train for c in clients], ids, fed.num_classes,
+                        protocol.num_eigenvalues, phi, protocol.stats_method, seed)
 
 
 def sample_hits(ctx: Context, state: State, conditioned: bool) -> list[np.ndarray]:

@@ -10,6 +10,7 @@ Normalisation across clients comes in two forms:
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -111,17 +112,45 @@ def class_means(features: torch.Tensor, labels: torch.Tensor, num_classes: int,
     return torch.cat([counts / max(1, len(y)), projected.flatten()]).numpy()
 
 
-# --statistic NAME: what a conditioned model receives (the paper's eigenvalues by default)
-STATISTICS = {
-    "eigenvalues": "top-l eigenvalues of the covariance of [phi(x), onehot(y)] (the paper's)",
-    "class_means": "label frequencies and class-mean features projected on a public random basis, in label order",
-    "random": "control: a random vector per client from (seed, client id); no data used",
+@dataclass(frozen=True)
+class Statistic:
+    """One statistic a conditioned model may receive: what it is, its width, how a client computes it."""
+
+    description: str
+    dim: Callable[[int, int], int]  # (l = num_eigenvalues, C = num_classes) -> its width
+    compute: Callable[..., np.ndarray]  # (xs, ys, ids, num_classes, l, phi, method, seed) -> [N, dim]
+    uses_data: bool = True  # False: the control, which needs no feature map phi
+
+
+def _eigenvalue_rows(xs, ys, ids, num_classes, l, phi, method, seed):
+    return client_statistics(xs, ys, num_classes, l=l, phi=phi, method=method)
+
+
+def _class_mean_rows(xs, ys, ids, num_classes, l, phi, method, seed):
+    rows = [class_means(phi(x), y, num_classes) for x, y in zip(xs, ys)]
+    return np.stack(rows) if rows else np.zeros((0, STATISTICS["class_means"].dim(l, num_classes)))
+
+
+def _random_rows(xs, ys, ids, num_classes, l, phi, method, seed):
+    return random_vectors(ids, l, seed)
+
+
+# --statistic NAME: what a conditioned model receives (the paper's eigenvalues by default).
+# A new statistic is one row here: its width and its per-client computation.
+STATISTICS: dict[str, Statistic] = {
+    "eigenvalues": Statistic("top-l eigenvalues of the covariance of [phi(x), onehot(y)] (the paper's)",
+                             lambda l, c: l, _eigenvalue_rows),
+    "class_means": Statistic("label frequencies and class-mean features projected on a public random basis, in label order "
+                             "(sees label permutations and rotations)",
+                             lambda l, c: c * (1 + PROJECTIONS_PER_CLASS), _class_mean_rows),
+    "random": Statistic("control: a random vector per client from (seed, client id); no data used",
+                        lambda l, c: l, _random_rows, uses_data=False),
 }
 
 
 def statistic_dim(name: str, num_eigenvalues: int, num_classes: int) -> int:
     """The width of a statistic: l for the eigenvalues and the control, C (1 + m) for class means."""
-    return num_classes * (1 + PROJECTIONS_PER_CLASS) if name == "class_means" else num_eigenvalues
+    return STATISTICS[check_statistic(name)].dim(num_eigenvalues, num_classes)
 
 
 def check_statistic(name: str) -> str:

@@ -89,6 +89,18 @@ def checkpoint_dir(db: str | None) -> Path:
     return path.with_name(path.name + ".checkpoints")
 
 
+@dataclass(frozen=True)
+class _Options:
+    """How a sweep runs its cells (run_sweep's arguments), handed to each kind's runner."""
+
+    db: str | None
+    data_dir: str | None
+    workers: int
+    progress: bool
+    ray_address: str | None
+    checkpoint_every: float | None
+
+
 def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, workers: int | None = None,
               progress: bool = True, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
               ray_address: str | None = None, checkpoint_every: float | None = EVERY_SECONDS) -> dict:
@@ -106,30 +118,43 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
         checkpoint_every = None
     _remove_finished_checkpoints([c for c in cells if c.key in done], db, data_dir)
     log(f"sweep: {len(cells)} cells, {counts['skipped']} already in {db or results.default_db_path()}, {len(todo)} to run")
-    diagnostics = [c for c in todo if c.experiment.kind == "discovery"]
-    study = [c for c in todo if c.experiment.kind == "study"]
-    todo = [c for c in todo if c.experiment.kind == "train"]
-    if diagnostics:  # JDFL's discovery grid: cheap, local, one training per batch size
-        _run_discovery(con, diagnostics, data_dir, workers or default_workers(), counts, log)
-    if study:  # the earlier study (MCDC/*): its own trainers, one call per (experiment, seed, protocol)
-        _run_study(con, study, data_dir, counts, log)
-    if ray_address is not None:
-        return _sweep_on_ray(con, todo, data_dir, ray_address, counts, log)
-    by_scenario: dict[tuple, list[Cell]] = {}
-    for c in todo:  # one scenario build serves all methods of an (experiment, seed, protocol)
-        by_scenario.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
-    # reading checkpoints only serves the progress bar
-    resumes = resumable(todo, db, data_dir) if progress and checkpoint_every is not None else {}
-    total = sum(c.rounds - resumes.get(c.key, (0, 0.0))[0] for c in todo)
-    bar = tqdm(total=total, unit="round", desc="sweep", disable=not progress, file=sys.stderr)
+    opts = _Options(db, data_dir, workers or default_workers(), progress, ray_address, checkpoint_every)
     try:
-        for (name, seed, pname), group in by_scenario.items():
+        for kind, runner in KINDS.items():
+            mine = [c for c in todo if c.experiment.kind == kind]
+            if mine:
+                runner(con, mine, opts, counts, log)
+    finally:
+        con.close()
+    return counts
+
+
+def _groups(cells: list[Cell]) -> dict[tuple[str, int, str], list[Cell]]:
+    """Cells by (experiment, seed, protocol): one scenario build (or one study call) serves all their methods."""
+    groups: dict[tuple[str, int, str], list[Cell]] = {}
+    for c in cells:
+        groups.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
+    return groups
+
+
+def _run_training(con, todo: list[Cell], opts: _Options, counts: dict, log) -> None:
+    """Train and evaluate: on Ray if asked, else in local processes with a progress bar in rounds."""
+    if opts.ray_address is not None:
+        _sweep_on_ray(con, todo, opts.data_dir, opts.ray_address, counts, log)
+        return
+    db, data_dir, checkpoint_every = opts.db, opts.data_dir, opts.checkpoint_every
+    # reading checkpoints only serves the progress bar
+    resumes = resumable(todo, db, data_dir) if opts.progress and checkpoint_every is not None else {}
+    total = sum(c.rounds - resumes.get(c.key, (0, 0.0))[0] for c in todo)
+    bar = tqdm(total=total, unit="round", desc="sweep", disable=not opts.progress, file=sys.stderr)
+    try:
+        for (name, seed, pname), group in _groups(todo).items():
             spec, proto = group[0].setup(data_dir)
             methods = [c.method for c in group]
             start = time.perf_counter()
             try:
                 by_method = {c.method: c for c in group}
-                for res in run_methods(spec, methods, proto, seed, workers or default_workers(),
+                for res in run_methods(spec, methods, proto, seed, opts.workers,
                                        on_round=lambda m, r: bar.update(1), failures="return",
                                        checkpoints=None if checkpoint_every is None else checkpoint_dir(db),
                                        checkpoint_every=checkpoint_every or EVERY_SECONDS):
@@ -140,8 +165,6 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
                 bar.write(f"  {name} seed {seed} [{pname}]: not run: {e}", file=sys.stderr)
     finally:
         bar.close()
-        con.close()
-    return counts
 
 
 def _checkpoints(cells: list[Cell], db: str | None, data_dir):
@@ -172,18 +195,16 @@ def resumable(cells: list[Cell], db: str | None, data_dir=None) -> dict[tuple, t
     return found
 
 
-def _run_discovery(con, cells: list[Cell], data_dir, workers: int, counts: dict, log) -> None:
+def _run_discovery(con, cells: list[Cell], opts: _Options, counts: dict, log) -> None:
+    """JDFL's discovery grid: cheap, local, one training per batch size."""
     from .jdfl.diagnostics import run_cells
 
-    groups: dict[tuple, list[Cell]] = {}
-    for c in cells:
-        groups.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
-    for (name, seed, pname), group in groups.items():
-        spec, proto = group[0].setup(data_dir)
+    for (name, seed, pname), group in _groups(cells).items():
+        spec, proto = group[0].setup(opts.data_dir)
         by_method = {c.method: c for c in group}
         try:
             scenario = spec.build()
-            for res in run_cells(scenario, [c.method for c in group], proto, seed, workers):
+            for res in run_cells(scenario, [c.method for c in group], proto, seed, opts.workers):
                 _record(con, by_method[res.method], spec, proto, res, counts)
                 log(f"  {name} {res.method} seed {seed} [{pname}]: ARI {res.extra['ari']:.3f} (M={res.extra['true_domains']}), "
                     f"elbow M={res.extra['elbow']}")
@@ -192,7 +213,7 @@ def _run_discovery(con, cells: list[Cell], data_dir, workers: int, counts: dict,
             log(f"  {name} seed {seed} [{pname}]: not run: {e}")
 
 
-def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, log) -> dict:
+def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, log) -> None:
     from .ray_backend import run_cells_on_ray
 
     tasks, meta = [], []
@@ -200,31 +221,24 @@ def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, l
         spec, proto = c.setup(data_dir)
         tasks.append((spec, c.method, proto, c.seed))
         meta.append((c, spec, proto))
-    try:
-        for i, res, ran_with in run_cells_on_ray(tasks, address):
-            c, spec, proto = meta[i]
-            outcome = _record(con, c, spec, proto, res, counts, ran_with)
-            log(f"  {c.experiment.name} {c.method} seed {c.seed} [{c.protocol_name}] (ray): {outcome}")
-    finally:
-        con.close()
-    return counts
+    for i, res, ran_with in run_cells_on_ray(tasks, address):
+        c, spec, proto = meta[i]
+        outcome = _record(con, c, spec, proto, res, counts, ran_with)
+        log(f"  {c.experiment.name} {c.method} seed {c.seed} [{c.protocol_name}] (ray): {outcome}")
 
 
-def _run_study(con, cells: list[Cell], data_dir, counts: dict, log, device: str = "cpu") -> None:
-    """The earlier study's cells (SPEC Part B, `fedcond.synthetic.EXPERIMENTS`): same cells, same
+def _run_study(con, cells: list[Cell], opts: _Options, counts: dict, log, device: str = "cpu") -> None:
+    """The earlier study's cells (SPEC Part B, `fedcond.study.EXPERIMENTS`): same cells, same
     resume rules; each (experiment, seed, protocol) runs its methods not yet recorded, then records them."""
-    from .synthetic import EXPERIMENTS as STUDY
-    from .synthetic import record
+    from .study import EXPERIMENTS as STUDY
+    from .study import record
 
-    groups: dict[tuple, list[Cell]] = {}
-    for c in cells:
-        groups.setdefault((c.experiment.name, c.seed, c.protocol_name), []).append(c)
-    for (name, seed, pname), group in groups.items():
+    for (name, seed, pname), group in _groups(cells).items():
         exp = STUDY[name]
         todo = tuple(c.method for c in group)
         start = time.perf_counter()
         try:
-            res = exp(seed=seed, protocol=pname, methods=todo, data_dir=data_dir, device=device)
+            res = exp(seed=seed, protocol=pname, methods=todo, data_dir=opts.data_dir, device=device)
         except FedcondError as e:  # e.g. EMNIST missing, or a protocol the study has no preset for
             counts["unavailable"] = counts.get("unavailable", 0) + len(group)
             log(f"  {name} seed {seed} [{pname}]: not run: {e}")
@@ -234,3 +248,8 @@ def _run_study(con, cells: list[Cell], data_dir, counts: dict, log, device: str 
         counts["ran"] += len(res)
         log(f"  {name} seed {seed} [{pname}]: " + ", ".join(f"{m} {r.accuracy:.4f}" for m, r in res.items())
             + f" ({time.perf_counter() - start:.0f} s)")
+
+
+# Who runs a cell, by its experiment's kind (Experiment.kind), in this order: JDFL's discovery grid,
+# the earlier study (MCDC/*: its own trainers, one call per experiment, seed and protocol), training.
+KINDS: dict[str, Callable] = {"discovery": _run_discovery, "study": _run_study, "train": _run_training}

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fedcond import results
-from fedcond.synthetic import (EXPERIMENTS, TrainConfig, client_statistics, eigvec_statistic, fit_and_score, fix_sign,
-                               generate, leading_eigenvectors, record, run_synthetic)
-from fedcond.synthetic.statistic import cluster_ari
+from fedcond.study import (EXPERIMENTS, TrainConfig, client_statistics, eigvec_statistic, fit_and_score, fix_sign,
+                         generate, leading_eigenvectors, record, run_synthetic)
+from fedcond.study.statistic import cluster_ari
 
 torch.set_num_threads(1)
 
@@ -96,7 +96,7 @@ def test_cluster_oracle_rmse_is_about_0_1(clusters):
 
 def test_batched_reference_models_equal_separate_training():
     """The K cluster models train as one batched model; full-batch, that equals K separate runs."""
-    from fedcond.synthetic import models as M
+    from fedcond.study import models as M
 
     fed = generate("logreg", 3, clients_per_cluster=4)
     cfg = TrainConfig(steps=150, lr=0.05, batch_per_client=10_000)  # full batch: no sampling to replay
@@ -183,7 +183,7 @@ def _emnist_byclass_zip(path, per_class_train=8, per_class_test=4, seed=0):
 
 def test_emnist_study_end_to_end(tmp_path):
     from fedcond.data.emnist import convert_emnist_zip
-    from fedcond.emnist_study import CONFUSABLE_GROUPS, EmnistConfig, format_results, run_emnist
+    from fedcond.study.emnist import CONFUSABLE_GROUPS, EmnistConfig, format_results, run_emnist
 
     _emnist_byclass_zip(tmp_path / "gzip.zip")
     convert_emnist_zip(tmp_path / "gzip.zip", tmp_path, ("byclass",), preset=1)
@@ -211,3 +211,11 @@ def test_emnist_study_end_to_end(tmp_path):
         one = EXPERIMENTS["MCDC/emnist/nc=1"](data_dir=tmp_path, protocol="smoke", samples_per_client=40,
                                              test_samples_per_client=15)
     assert list(one) == ["conditional"] and one["conditional"].hyperparameters["n_c"] == 1
+
+
+def test_emnist_study_trains_with_the_engines_sgd_configuration():
+    from fedcond.engine import SGDConfig
+    from fedcond.study.emnist import EmnistConfig
+
+    assert EmnistConfig().sgd == SGDConfig()
+    assert EmnistConfig(lr=0.1, batch_size=8).sgd == SGDConfig(lr=0.1, batch_size=8)

@@ -6,21 +6,35 @@ import json
 import sys
 
 
+CUSTOM_LOSS = ("FedProc",)  # jobs that carry their own local loss, which the wire cannot send (JDFL's neither)
+
+
+def flower_methods() -> list[str]:
+    """The registry's methods that run over Flower: federated, blind to the true clusters, and
+    trained with the standard local loss. `Conditional` is also taken, as Conditional-FedAvg."""
+    from ..algorithms import ALGORITHMS
+
+    return [n for n, cls in ALGORITHMS.items() if cls.federated and not cls.needs_truth and n not in CUSTOM_LOSS]
+
+
 def add_parser(sub, positive_int) -> None:
+    from ..stats import STATISTICS
+
     fl = sub.add_parser("flower", help="real federated runs over Flower (needs the flower extra)")
     fl_sub = fl.add_subparsers(dest="flower_command", required=True)
     for name, text in (("simulate", "run one method on Flower's simulation engine, one simulated SuperNode per client"),
                        ("run-config", "print the FlowerRun JSON that a SuperLink deployment passes as run config 'fedcond-run'")):
         p = fl_sub.add_parser(name, help=text)
         p.add_argument("--experiment", required=True, help="a registry name, e.g. E1/mnist/K=2/rich")
-        p.add_argument("--method", required=True, help="a server-topology method: FedAvg, Conditional-FedAvg, Ditto, IFCA, FedProx, SCAFFOLD, FedDyn")
+        p.add_argument("--method", required=True, help=f"a federated method: {', '.join(flower_methods())}; "
+                       "Conditional runs as Conditional-FedAvg")
         p.add_argument("--rounds", type=positive_int, help="rounds (default: epochs / local epochs)")
         p.add_argument("--epochs", type=positive_int, help="passes over the data (default: the experiment's preset; 20 for paper)")
         p.add_argument("--local-epochs", type=positive_int, help="local epochs per round (default 1)")
         p.add_argument("--fraction", type=float, default=1.0, help="keep this share of every split (default 1)")
         p.add_argument("--normalisation", choices=["secure-zscore", "log"], default="secure-zscore",
                        help="Conditional's statistics: z-score from a masked secure sum (default) or log(1+v) per client")
-        p.add_argument("--statistic", help="what Conditional receives: eigenvalues (default), class_means or random")
+        p.add_argument("--statistic", help=f"what Conditional receives: {' or '.join(STATISTICS)} (default eigenvalues)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--data-dir")
         p.add_argument("--min-replies", type=positive_int, default=1, help="a round with fewer replying clients stops the run")
@@ -71,16 +85,16 @@ def make_run(args):
     if not 0.0 < args.fraction <= 1.0:
         raise FedcondError(f"--fraction must be in (0, 1], got {args.fraction}")
     exp = EXPERIMENTS[args.experiment]
-    from ..algorithms import make_algorithm, resolve_methods
+    from ..algorithms import ALGORITHMS, make_algorithm, resolve_methods
 
     method = resolve_methods(args.method)[0] if "," not in args.method else args.method
     if method == "Conditional":  # the paper's pooled Conditional has one federated form: FedAvg rounds on (x, s_i)
         method = "Conditional-FedAvg"
     alg = make_algorithm(method, num_clusters=exp.k)
     if not alg.federated or alg.needs_truth:
-        raise FedcondError(f"{method} trains on pooled data or needs the true clusters; over Flower use a server-topology "
-                           "method (FedAvg, Conditional-FedAvg, Ditto, IFCA, FedProx, SCAFFOLD, FedDyn)")
-    if "+" in method or type(alg).__name__ == "FedProc":  # their jobs carry a custom loss, which the wire cannot send
+        raise FedcondError(f"{method} trains on pooled data or needs the true clusters; over Flower use one of "
+                           f"{', '.join(flower_methods())}")
+    if "+" in method or type(alg) in {ALGORITHMS[n] for n in CUSTOM_LOSS}:  # the wire cannot send a custom loss
         raise FedcondError(f"{method}: custom local losses (FedProc, JDFL) do not run over Flower yet; use fedcond run or sweep")
     spec = exp.spec(seed=args.seed, data_dir=args.data_dir, fraction=args.fraction)
     protocol = PROTOCOLS[exp.preset][0].replace(epochs=args.epochs, local_epochs=args.local_epochs, statistic=args.statistic)

@@ -12,7 +12,8 @@ from tqdm import tqdm
 from .. import results
 from ..errors import FedcondError
 from ..algorithms import resolve_methods
-from ..run import ScenarioSpec, default_workers, rounds_of, run_methods
+from ..run import default_workers, rounds_of, run_methods
+from ..scenarios import ScenarioSpec
 
 
 def scenario_spec(args, default_k: int) -> ScenarioSpec:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..errors import FedcondError
 from ..protocol import Protocol
-from ..run import ScenarioSpec
+from ..scenarios import ScenarioSpec
 
 NORMALISATIONS = ("secure-zscore", "log")
 

@@ -382,7 +382,7 @@ def failed_section(failed: list[dict]) -> list[str]:
 def study_section(protocol: str | None, cells: dict, label: str) -> list[str]:
     """The earlier study (SPEC Part B, `MCDC/...`): RMSE for linear regression (lower is better),
     accuracy in % for logistic regression and EMNIST; mean over seeds."""
-    from ..synthetic import EXPERIMENTS as STUDY
+    from ..study import EXPERIMENTS as STUDY
 
     names = [n for n in STUDY if any(p == protocol and e == n for (p, e, m) in cells)]
     lines = [f"### The earlier study (synthetic tasks, EMNIST), {label}", ""]

@@ -16,20 +16,16 @@ from dataclasses import dataclass, replace
 
 from fedcond.errors import FedcondError
 
+from .emnist import CLUSTERS, SPLIT, EmnistConfig, run_emnist
 from .models import TrainConfig
-from .study import METHODS as SYNTHETIC_METHODS
-from .study import StudyResult, run_synthetic
+from .synthetic import METHODS as SYNTHETIC_METHODS
+from .synthetic import StudyResult, run_synthetic
 
 FAMILY = "MCDC"
 
 
-def _emnist_presets():
-    from fedcond.emnist_study import EmnistConfig
-
-    return {"paper": EmnistConfig(),
-            "smoke": EmnistConfig(clients_per_cluster=2, samples_per_client=250, test_samples_per_client=100, epochs=1)}
-
-
+EMNIST_PRESETS = {"paper": EmnistConfig(),
+                  "smoke": EmnistConfig(clients_per_cluster=2, samples_per_client=250, test_samples_per_client=100, epochs=1)}
 SYNTHETIC_PRESETS = {"paper": TrainConfig(), "smoke": TrainConfig(steps=200)}
 PROTOCOL_NAMES = tuple(SYNTHETIC_PRESETS)
 
@@ -46,7 +42,7 @@ class StudyExperiment:
 
     def protocol(self, protocol: str = "paper"):
         """The preset's configuration object (TrainConfig or EmnistConfig)."""
-        presets = SYNTHETIC_PRESETS if self.task != "emnist" else _emnist_presets()
+        presets = SYNTHETIC_PRESETS if self.task != "emnist" else EMNIST_PRESETS
         if protocol not in presets:
             raise FedcondError(f"unknown protocol '{protocol}' for {self.name}; choose {', '.join(presets)}")
         return presets[protocol]
@@ -55,8 +51,6 @@ class StudyExperiment:
         """The scenario description stored with every result row."""
         out = {"family": self.family, "task": self.task, "clusters": self.clusters}
         if self.task == "emnist":
-            from fedcond.emnist_study import CLUSTERS, SPLIT
-
             out.update(split=SPLIT, cluster_names=list(CLUSTERS))
         else:
             out.update(clients_per_cluster=100, features=10)
@@ -69,8 +63,6 @@ class StudyExperiment:
         config = replace(self.protocol(protocol), **overrides) if overrides else self.protocol(protocol)
         if self.task != "emnist":
             return run_synthetic(self.task, self.clusters, seed=seed, methods=methods, config=config)
-        from fedcond.emnist_study import run_emnist
-
         if self.n_c is None:
             return run_emnist(data_dir, nc=(), methods=methods, seed=seed, config=config, device=device)
         res = run_emnist(data_dir, nc=(self.n_c,), methods=methods, seed=seed, config=config, device=device)
