@@ -19,6 +19,7 @@ import torch
 
 from . import stats as S
 from .algorithms import Algorithm, Context, State
+from .client_stats import raw_statistics
 from .engine import predict
 from .errors import FedcondError
 from .protocol import Protocol
@@ -65,8 +66,6 @@ def newcomer_model(alg: Algorithm, state: State, train_cluster: np.ndarray, clus
 
 def unseen_statistics(ctx: Context, protocol: Protocol, unseen: Unseen, train_raw: np.ndarray, data_dir, seed: int):
     """The newcomers' statistics [n, dim], each from its own data, normalised with the training population's."""
-    from .simulate import raw_statistics
-
     raw = raw_statistics(ctx.federation, protocol, data_dir, seed, clients=list(unseen.clients), ids=unseen.ids)
     return torch.as_tensor(S.normalise_with(raw, train_raw, protocol.stats_normalisation), dtype=torch.float32)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -14,10 +13,12 @@ import torch
 from . import stats as S
 from .algorithms import Algorithm, Context, State, hyperparameters, make_algorithm
 from .checkpoint import Checkpoint
+from .client_stats import client_statistics
 from .engine import Engine, SGDConfig, make_engine, predict
 from .errors import FedcondError
 from .models import ModelSpec
 from .protocol import Protocol
+from .results import pack_hits
 from .scenarios import Scenario
 
 
@@ -33,42 +34,6 @@ class MethodResult:
     rounds: int
     hyperparameters: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
-
-
-def feature_map(fed, protocol: Protocol, data_dir=None):
-    """phi of SPEC A.2: the pixels for 28x28 grey images; the frozen cross-trained encoder for 32x32 RGB."""
-    if fed.input_shape == (1, 28, 28):
-        return S.pixel_features
-    if fed.input_shape == (3, 32, 32):
-        from .encoder import default_source, encoder_features, load_encoder
-
-        source = protocol.encoder_source or default_source(fed.dataset)
-        return encoder_features(load_encoder(source, data_dir))
-    raise FedcondError(f"no feature map for client statistics of {fed.input_shape} images")
-
-
-def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None, seed: int = 0,
-                      ids=None) -> tuple[np.ndarray, torch.Tensor]:
-    """Raw statistics [N, l] (protocol.statistic: the eigenvalues, or the random control drawn
-    from `seed` and the client ids, by default 0..N-1) and the normalised model input [N, l] (float32)."""
-    fed = scenario.federation
-    raw = raw_statistics(fed, protocol, data_dir, seed, ids=ids)
-    return raw, torch.as_tensor(S.normalise(raw, protocol.stats_normalisation), dtype=torch.float32)
-
-
-def raw_statistics(fed, protocol: Protocol, data_dir=None, seed: int = 0, clients=None, ids=None) -> np.ndarray:
-    """Each client's statistic before normalisation [N, dim], computed from its own data alone;
-    `clients` (default: the federation's) with their ids `ids` (the random control's draw)."""
-    clients = fed.clients if clients is None else clients
-    ids = list(range(len(clients))) if ids is None else list(ids)
-    if protocol.statistic == "random":
-        return S.random_vectors(ids, protocol.num_eigenvalues, seed)
-    phi = feature_map(fed, protocol, data_dir)
-    if protocol.statistic == "class_means":
-        rows = [S.class_means(phi(c.x_train), c.y_train, fed.num_classes) for c in clients]
-        return np.stack(rows) if rows else np.zeros((0, S.statistic_dim("class_means", 0, fed.num_classes)))
-    return S.client_statistics([c.x_train for c in clients], [c.y_train for c in clients], fed.num_classes,
-                               l=protocol.num_eigenvalues, phi=phi, method=protocol.stats_method)
 
 
 def sample_hits(ctx: Context, state: State, conditioned: bool) -> list[np.ndarray]:
@@ -96,22 +61,6 @@ def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float]
     return accuracies(sample_hits(ctx, state, conditioned))
 
 
-def pack_hits(hits: list[np.ndarray]) -> dict:
-    """Every test sample's hit as one bit (client order, base64) with each client's number of test
-    samples: a row keeps which samples its run got right, for paired comparisons of two runs on one
-    scenario (same seed, same test sets)."""
-    bits = np.packbits(np.concatenate(hits) if hits else np.zeros(0, bool))
-    return {"sizes": [int(h.size) for h in hits], "bits": base64.b64encode(bits.tobytes()).decode()}
-
-
-def unpack_hits(packed: dict) -> list[np.ndarray]:
-    """pack_hits undone: per client, a bool per test sample."""
-    sizes = packed["sizes"]
-    bits = np.frombuffer(base64.b64decode(packed["bits"]), dtype=np.uint8)
-    flat = np.unpackbits(bits, count=sum(sizes)).astype(bool)
-    return np.split(flat, np.cumsum(sizes)[:-1]) if sizes else []
-
-
 def cluster_accuracy(scenario: Scenario, per_client: list[float]) -> dict[str, float]:
     """Accuracy over all test samples of each true cluster's clients (JDFL's per-domain accuracy)."""
     fed, truth = scenario.federation, scenario.truth
@@ -122,6 +71,13 @@ def cluster_accuracy(scenario: Scenario, per_client: list[float]) -> dict[str, f
         hits = sum(per_client[i] * fed.clients[i].n_test for i in members)
         out[name] = float(hits / n) if n else float("nan")
     return out
+
+
+def ari(assignment, truth_cluster) -> float:
+    """Adjusted Rand index of an estimated clustering against the true one (1.0: equal up to relabelling)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    return float(adjusted_rand_score(np.asarray(truth_cluster), np.asarray(assignment)))
 
 
 def _evaluation_context(alg: Algorithm, ctx: Context, state: State) -> Context:
@@ -227,9 +183,7 @@ def run_method(
         s_new = unseen_statistics(ctx, protocol, unseen, train_raw, data_dir, seed) if alg.conditioned else None
         extra.update(evaluate_unseen(eval_ctx, alg, state, unseen, scenario.truth.cluster, s_new))
     if "assignment" in state.extra:  # clustering methods: how well they recovered the true clusters
-        from sklearn.metrics import adjusted_rand_score
-
-        extra["ari"] = float(adjusted_rand_score(scenario.truth.cluster, np.asarray(state.extra["assignment"])))
+        extra["ari"] = ari(state.extra["assignment"], scenario.truth.cluster)
     return MethodResult(
         method=method,
         accuracy=float(np.mean(per_client)),

@@ -18,11 +18,12 @@ from fedcond.algorithms.dac import (DAC, DACLoss, cosine_matrix, sampling_probab
 from fedcond.algorithms.ditto import PERSONAL, Ditto
 from fedcond.algorithms.fedavg import FedAvg
 from fedcond.algorithms.gossip import PAIRING, Gossip, random_pairs
-from fedcond.algorithms.ifca import IFCA, ari
+from fedcond.algorithms.ifca import IFCA
 from fedcond.engine import LoopEngine, SGDConfig, batch_order, mean_loss, weighted_average
 from fedcond.errors import FedcondError
 from fedcond.models import ModelSpec
 from fedcond.scenarios import make_scenario
+from fedcond.simulate import ari
 
 torch.set_num_threads(1)
 

@@ -21,7 +21,7 @@ gave the same accuracy and ARI 1.0 on the probe configurations (E1 MNIST K=2 sup
 E3b MNIST K=2 rich .9891; docs/choices.md). With K = 1 IFCA is FedAvg, bit for bit.
 
 The final assignment is in `State.extra["assignment"]`; the simulator scores it against the true
-clusters with `ari`.
+clusters with `simulate.ari`.
 """
 
 from __future__ import annotations
@@ -35,13 +35,6 @@ from ..engine import weighted_average
 from ..errors import FedcondError
 from .base import Context, State
 from .fedavg import replied
-
-
-def ari(assignment, truth_cluster) -> float:
-    """Adjusted Rand index of an estimated clustering against the true one (1.0: equal up to relabelling)."""
-    from sklearn.metrics import adjusted_rand_score
-
-    return float(adjusted_rand_score(np.asarray(truth_cluster), np.asarray(assignment)))
 
 
 @dataclass(frozen=True)
