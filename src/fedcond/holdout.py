@@ -75,14 +75,13 @@ def evaluate_unseen(ctx: Context, alg: Algorithm, state: State, unseen: Unseen, 
     """{"unseen_accuracy", "unseen_per_client", "unseen_clients"}; empty where the method has no
     model for a newcomer."""
     model = ctx.spec(alg.conditioned).build()
-    scores = ctx.supervision.collapse if ctx.supervision is not None else None
     per_client = []
     for j, (client, k) in enumerate(zip(unseen.clients, unseen.cluster)):
         g = newcomer_model(alg, state, train_cluster, int(k))
         if g is None:
             return {}
         s = stats[j].expand(client.n_test, -1) if alg.conditioned else None
-        pred = predict(model, state.models[g], client.x_test, s, scores=scores)
+        pred = predict(model, state.models[g], client.x_test, s, scores=ctx.scores)
         per_client.append(float((pred == client.y_test).float().mean()) if client.n_test else 0.0)
     return {"unseen_accuracy": float(np.mean(per_client)), "unseen_per_client": per_client,
             "unseen_clients": list(unseen.ids)}

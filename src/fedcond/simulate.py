@@ -40,13 +40,12 @@ class MethodResult:
 
 def sample_hits(ctx: Context, state: State, conditioned: bool) -> list[np.ndarray]:
     """Per client, whether each of its test samples is predicted right, with the model the algorithm
-    assigns it (a JDFL context's expanded head is collapsed to the C classes first)."""
+    assigns it (read through the context's `scores`: JDFL's expanded head collapsed to the C classes)."""
     model = ctx.spec(conditioned).build()
-    scores = ctx.supervision.collapse if ctx.supervision is not None else None
     hits = []
     for i, c in enumerate(ctx.federation.clients):
         s = ctx.client_stats(i, c.n_test) if conditioned else None
-        pred = predict(model, state.models[state.assignment[i]], c.x_test, s, scores=scores)
+        pred = predict(model, state.models[state.assignment[i]], c.x_test, s, scores=ctx.scores)
         hits.append((pred == c.y_test).numpy().astype(bool))
     return hits
 
@@ -80,11 +79,6 @@ def ari(assignment, truth_cluster) -> float:
     from sklearn.metrics import adjusted_rand_score
 
     return float(adjusted_rand_score(np.asarray(truth_cluster), np.asarray(assignment)))
-
-
-def _evaluation_context(alg: Algorithm, ctx: Context, state: State) -> Context:
-    """The context to evaluate `state` in (JDFL's: its head collapsed to the C classes)."""
-    return alg.evaluation_context(ctx, state) if hasattr(alg, "evaluation_context") else ctx
 
 
 def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: int = 0,
@@ -192,7 +186,7 @@ def run_method(
 
     def after(r: int, state: State) -> None:
         if protocol.eval_every and ((r + 1) % protocol.eval_every == 0 or r + 1 == rounds):
-            pc, w = evaluate(_evaluation_context(alg, ctx, state), state, alg.conditioned)
+            pc, w = evaluate(alg.evaluation_context(ctx, state), state, alg.conditioned)
             curve.append([r + 1, float(np.mean(pc)), float(w)])
         if checkpoint is not None and r + 1 < rounds and checkpoint.due():
             checkpoint.save(r + 1, state, curve, earlier + time.perf_counter() - start)
@@ -222,24 +216,24 @@ def final_evaluation(run: PreparedRun, state: State, curve: list, protocol: Prot
     metrics, which test samples were right, per true cluster, the models it keeps beside the
     assigned ones, the curve's best, the newcomers' accuracy and how well it found the clusters."""
     alg, truth = run.alg, run.scenario.truth
-    eval_ctx = _evaluation_context(alg, run.ctx, state)
+    eval_ctx = alg.evaluation_context(run.ctx, state)
     hits = sample_hits(eval_ctx, state, alg.conditioned)
     per_client, weighted = accuracies(hits)
-    extra = dict(state.extra.get("metrics", {}))
+    extra = dict(state.metrics)
     extra["test_hits"] = pack_hits(hits)  # which test samples were right (results.unpack_hits)
     if resumed_after is not None:
         extra["resumed_after_round"] = resumed_after  # rounds 1..resumed_after ran in an earlier process (seconds count both)
     extra["cluster_accuracy"] = cluster_accuracy(run.scenario, per_client)
     extra["cluster_of_client"] = [truth.cluster_names[k] for k in truth.cluster]
-    for name, index in state.extra.get("alternates", {}).items():  # another model the method keeps (FedDyn's theta)
+    for name, index in state.alternates.items():  # another model the method keeps (FedDyn's theta)
         other = dataclasses.replace(state, assignment=(index,) * len(state.assignment))
         extra[f"{name}_accuracy"] = float(np.mean(evaluate(eval_ctx, other, alg.conditioned)[0]))
     extra.update(best_of_curve(curve))
     if run.unseen is not None:
         s_new = unseen_statistics(run.ctx, protocol, run.unseen, run.train_raw, data_dir, seed) if alg.conditioned else None
         extra.update(evaluate_unseen(eval_ctx, alg, state, run.unseen, truth.cluster, s_new))
-    if "assignment" in state.extra:  # clustering methods: how well they recovered the true clusters
-        extra["ari"] = ari(state.extra["assignment"], truth.cluster)
+    if state.clusters is not None:  # clustering methods: how well they recovered the true clusters
+        extra["ari"] = ari(state.clusters, truth.cluster)
     return per_client, weighted, extra
 
 

@@ -223,7 +223,7 @@ def test_ifca_with_one_cluster_is_fedavg_bit_for_bit_and_refinement_stops(small)
         assert_same(a.models[0], b.models[0])
         assert a.train_loss == b.train_loss
     assert engine.loss_calls == 1  # clusters estimated in round 0 only, then frozen
-    assert a.extra["assignment"] == a.assignment == (0,) * 6
+    assert a.clusters == a.assignment == (0,) * 6
 
 
 def test_ifca_aggregates_per_cluster_and_keeps_unpicked_models(small):
@@ -232,7 +232,7 @@ def test_ifca_aggregates_per_cluster_and_keeps_unpicked_models(small):
     s0 = alg.init(ctx)
     assert not torch.equal(s0.models[0]["fc2.weight"], s0.models[1]["fc2.weight"])  # distinct random inits
     s1 = alg.round(ctx, s0, 0)
-    choice = s1.extra["assignment"]
+    choice = s1.clusters
     trained = replay_local(ctx, [s0.models[c] for c in choice], 0)
     sizes = small.federation.sizes()
     for k in range(3):

@@ -40,7 +40,7 @@ import torch
 
 from ..engine import Params, mix, weighted_average
 from ..errors import FedcondError
-from .base import parameter_names, Context, State
+from .base import parameter_names, Algorithm, Context, State
 
 SAMPLING = 0xDAC5  # purpose of the random stream that draws DACLoss's neighbours
 
@@ -79,7 +79,7 @@ def _local_update(alg, ctx: Context, state: State, r: int):
 
 
 @dataclass(frozen=True)
-class DAC:
+class DAC(Algorithm):
     clusters: int = 2  # K, the true number of clusters (sets the default k)
     k: int | None = None  # peers each client averages with; None: round(N / clusters) - 1
 
@@ -146,7 +146,7 @@ def two_hop_priors(priors: np.ndarray, row: np.ndarray, i: int, sampled, ever_sa
 
 
 @dataclass(frozen=True)
-class DACLoss:
+class DACLoss(Algorithm):
     n_sampled: int = 5  # neighbours drawn per client and round
     tau: float = 10.0  # softmax temperature (multiplies the similarities)
     aggregation: str = "size"  # size: n_j-weighted mean (authors' code) | softmax: softmax(tau * a_ij)

@@ -36,14 +36,14 @@ import numpy as np
 
 from ..engine import Regulariser, weighted_average
 from ..errors import FedcondError
-from .base import Context, State
+from .base import Algorithm, Context, State
 from .fedavg import replied
 
 PERSONAL = 0xD177  # names the personal update's batch-order streams (the global track uses FedAvg's)
 
 
 @dataclass(frozen=True)
-class Ditto:
+class Ditto(Algorithm):
     lam: float = 1.0  # lambda, the proximal weight toward the received global model
     personal_epochs: int = 5  # per round (default), or in total with total_over_rounds
     total_over_rounds: int | None = None  # None: personal_epochs every round; R: personal_epochs spread over R rounds
@@ -100,4 +100,4 @@ class Ditto:
         else:  # no personal epochs this round: v_i unchanged, report the global track's loss
             personal, loss = state.models[1:], global_loss
         return State(models=(new_w, *personal), assignment=state.assignment, round=r + 1, train_loss=loss,
-                     extra={"metrics": {"global_train_loss": global_loss}})
+                     metrics={"global_train_loss": global_loss})

@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..engine import weighted_average
-from .base import Context, State
+from .base import Algorithm, Context, State
 
 
 def replied(results: list) -> list[int]:
@@ -24,7 +24,7 @@ def replied(results: list) -> list[int]:
 
 
 @dataclass(frozen=True)
-class FedAvg:
+class FedAvg(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True

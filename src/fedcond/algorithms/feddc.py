@@ -44,12 +44,12 @@ import numpy as np
 
 from ..engine import Regulariser, weighted_average
 from ..errors import FedcondError
-from .base import check_participation, parameter_names, participants, Context, State
+from .base import check_participation, parameter_names, participants, Algorithm, Context, State
 from .scaffold import effective_steps, zeros_like_params
 
 
 @dataclass(frozen=True)
-class FedDC:
+class FedDC(Algorithm):
     alpha: float = 0.01  # weight of the drift penalty (the code's alpha_coef)
     participation: float = 1.0  # fraction of clients that train each round
 

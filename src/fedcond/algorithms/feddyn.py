@@ -51,13 +51,13 @@ import numpy as np
 
 from ..engine import Regulariser, weighted_average
 from ..errors import FedcondError
-from .base import check_participation, parameter_names, participants, Context, State
+from .base import check_participation, parameter_names, participants, Algorithm, Context, State
 from .fedavg import replied
 from .scaffold import zeros_like_params
 
 
 @dataclass(frozen=True)
-class FedDyn:
+class FedDyn(Algorithm):
     alpha: float = 0.01  # dynamic-regulariser weight (the code's alpha_coef)
     participation: float = 1.0  # fraction of clients that train each round
     max_grad_norm: float | None = 10.0  # the authors' code clips local gradients at norm 10; None: no clipping
@@ -78,11 +78,10 @@ class FedDyn:
 
     def _state(self, theta, average, n: int, **kw) -> State:
         """models: (theta^t, the clients' plain average); clients predict with the one `evaluate` names,
-        the other is evaluated beside it (extra["alternates"])."""
+        the other is evaluated beside it (State.alternates)."""
         main, other = (1, 0) if self.evaluate == "average" else (0, 1)
         alt = {1: "client_average", 0: "server_model"}[other]
-        return State(models=(theta, average), assignment=(main,) * n, extra={**kw.pop("extra"), "alternates": {alt: other}},
-                     **kw)
+        return State(models=(theta, average), assignment=(main,) * n, alternates={alt: other}, **kw)
 
     def client_alphas(self, ctx: Context) -> np.ndarray:
         """alpha_k = alpha / (n_k / mean n) for every client k."""

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from ..engine import Params, channels_last, weighted_average
 from ..errors import FedcondError
-from .base import check_participation, participants, Context, State
+from .base import check_participation, participants, Algorithm, Context, State
 
 
 @dataclass(frozen=True, eq=False)  # holds tensors: compared by identity
@@ -97,7 +97,7 @@ def class_feature_sums(model, params: Params, x: torch.Tensor, y: torch.Tensor, 
 
 
 @dataclass(frozen=True)
-class FedProc:
+class FedProc(Algorithm):
     rounds: int | None = None  # T, which weights the two losses; None: the run's number of rounds
     temperature: float = 1.0  # tau of the prototypical contrastive loss (the public re-implementation's)
     participation: float = 1.0  # fraction of clients that train each round

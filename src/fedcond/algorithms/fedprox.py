@@ -24,11 +24,11 @@ import numpy as np
 
 from ..engine import Regulariser, weighted_average
 from ..errors import FedcondError
-from .base import Context, State, check_participation, participants
+from .base import Algorithm, Context, State, check_participation, participants
 from .fedavg import replied
 
 @dataclass(frozen=True)
-class FedProx:
+class FedProx(Algorithm):
     mu: float = 0.01  # proximal weight; 0 gives FedAvg
     participation: float = 1.0  # fraction of clients that train each round
 

@@ -25,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..engine import weighted_average
-from .base import Context, State
+from .base import Algorithm, Context, State
 
 PAIRING = 0x6055  # purpose of the random stream that draws each round's pairs
 
@@ -37,7 +37,7 @@ def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int,
 
 
 @dataclass(frozen=True)
-class Gossip:
+class Gossip(Algorithm):
     independent_init: bool = True  # every client starts from its own random weights; False: one shared draw
 
     conditioned: ClassVar[bool] = False

@@ -20,7 +20,7 @@ and the remaining rounds are FedAvg within each estimated cluster. At the paper 
 gave the same accuracy and ARI 1.0 on the probe configurations (E1 MNIST K=2 super sparse .9504;
 E3b MNIST K=2 rich .9891; docs/choices.md). With K = 1 IFCA is FedAvg, bit for bit.
 
-The final assignment is in `State.extra["assignment"]`; the simulator scores it against the true
+The final assignment is in `State.clusters`; the simulator scores it against the true
 clusters with `simulate.ari`.
 """
 
@@ -33,12 +33,12 @@ import numpy as np
 
 from ..engine import weighted_average
 from ..errors import FedcondError
-from .base import Context, State
+from .base import Algorithm, Context, State
 from .fedavg import replied
 
 
 @dataclass(frozen=True)
-class IFCA:
+class IFCA(Algorithm):
     k: int = 2  # K, the number of cluster models: pass the true number of clusters
     refine_rounds: int | None = None  # None: every round re-estimates the clusters; R: rounds 0..R-1 only
 
@@ -75,7 +75,7 @@ class IFCA:
         if self.estimates_in(r):
             choice, _ = self.choose(ctx, state.models)
         else:
-            choice = state.extra["assignment"]
+            choice = state.clusters
         jobs = [ctx.job(state.models[choice[i]], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         sizes = ctx.federation.sizes()
@@ -87,4 +87,4 @@ class IFCA:
         ok = replied(results)
         loss = float(np.average([results[i].mean_loss for i in ok], weights=sizes[ok]))
         return State(models=tuple(models), assignment=choice, round=r + 1, train_loss=loss,
-                     extra={"assignment": choice, "metrics": {"clusters_used": len(set(choice))}})
+                     clusters=choice, metrics={"clusters_used": len(set(choice))})

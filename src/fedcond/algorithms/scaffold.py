@@ -43,7 +43,7 @@ import torch
 
 from ..engine import Params, Regulariser, weighted_average
 from ..errors import FedcondError
-from .base import check_participation, parameter_names, participants, Context, State
+from .base import check_participation, parameter_names, participants, Algorithm, Context, State
 from .fedavg import replied
 
 
@@ -60,7 +60,7 @@ def zeros_like_params(params: Params, names: tuple[str, ...]) -> Params:
 
 
 @dataclass(frozen=True)
-class Scaffold:
+class Scaffold(Algorithm):
     server_lr: float = 1.0  # eta_g, the global step size
     participation: float = 1.0  # fraction of clients that train each round
 
