@@ -15,7 +15,7 @@ from typing import Callable, ClassVar, Protocol
 import numpy as np
 import torch
 
-from ..engine import Engine, Job, Params, SGDConfig, clone_params
+from ..engine import Engine, Job, JobResult, Params, SGDConfig, clone_params, weighted_average
 from ..errors import FedcondError
 from ..models import ModelSpec
 from ..scenarios import Federation, GroundTruth
@@ -131,6 +131,33 @@ class Algorithm(Protocol):
     def evaluation_context(self, ctx: Context, state: State) -> Context:
         """The context to evaluate `state` in; by default the training one (JDFL's: its expanded head)."""
         return ctx
+
+
+@dataclass(frozen=True)
+class Replies:
+    """One round's replies, gathered: the clients that answered (in job order), their results and sizes."""
+
+    clients: tuple[int, ...]
+    results: tuple[JobResult, ...]
+    sizes: np.ndarray  # [P] n_i, the training samples of each replying client
+
+    def average(self, uniform: bool = False) -> Params:
+        """sum_i n_i theta_i / sum_i n_i over the replies; uniform: the plain mean (FedDyn's, FedDC's)."""
+        return weighted_average([res.params for res in self.results], np.ones(len(self.results)) if uniform else self.sizes)
+
+    @property
+    def loss(self) -> float:
+        """The replies' training loss, weighted by client size: what a round reports."""
+        return float(np.average([res.mean_loss for res in self.results], weights=self.sizes))
+
+
+def aggregate(ctx: Context, clients, results: list[JobResult | None]) -> Replies:
+    """The replies to one job per client of `clients`, for averaging and the reported loss. None is
+    a client that did not reply (over Flower it dropped out mid-round; in-process every client
+    replies): it is left out, as a client that did not take part in the round."""
+    ok = [j for j, res in enumerate(results) if res is not None]
+    answered = tuple(clients[j] for j in ok)
+    return Replies(answered, tuple(results[j] for j in ok), ctx.federation.sizes()[list(answered)])
 
 
 _CLIENT_SAMPLING = 0xC11E  # names the random stream of client sampling (shared by every algorithm here)

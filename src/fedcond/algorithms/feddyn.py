@@ -49,10 +49,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..engine import Regulariser, weighted_average
+from ..engine import Regulariser
 from ..errors import FedcondError
-from .base import check_participation, parameter_names, participants, Algorithm, Context, State
-from .fedavg import replied
+from .base import aggregate, check_participation, parameter_names, participants, Algorithm, Context, State
 from .scaffold import zeros_like_params
 
 
@@ -107,9 +106,8 @@ class FedDyn(Algorithm):
                     regulariser=Regulariser(mu=float(alphas[k]), anchor=theta, linear={p: -grad[k][p] for p in names}), **clip)
             for k in active
         ]
-        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        ok = replied(results)  # a client that dropped out mid-round (Flower) is treated as a non-participant
-        active, results = tuple(active[j] for j in ok), [results[j] for j in ok]
+        replies = aggregate(ctx, active, ctx.engine.train(ctx.spec(self.conditioned), jobs))
+        active, results = replies.clients, replies.results
 
         m = ctx.federation.num_clients
         drift = {k: {p: res.params[p] - theta[p] for p in names} for k, res in zip(active, results)}  # theta_k^t - theta^{t-1}
@@ -118,8 +116,6 @@ class FedDyn(Algorithm):
             new_grad[k] = {p: grad[k][p] - float(alphas[k]) * drift[k][p] for p in names}
         new_h = {p: h[p] - self.alpha / m * sum(drift[k][p] for k in active) for p in names}
 
-        mean = weighted_average([res.params for res in results], np.ones(len(active)))  # uniform over P
+        mean = replies.average(uniform=True)  # uniform over P
         new_theta = {p: mean[p] - new_h[p] / self.alpha if p in new_h else mean[p] for p in mean}
-        sizes = ctx.federation.sizes()[list(active)]
-        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
-        return self._state(new_theta, mean, m, round=r + 1, train_loss=loss, extra={"h": new_h, "grad": tuple(new_grad)})
+        return self._state(new_theta, mean, m, round=r + 1, train_loss=replies.loss, extra={"h": new_h, "grad": tuple(new_grad)})

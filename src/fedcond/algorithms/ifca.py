@@ -31,10 +31,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..engine import weighted_average
 from ..errors import FedcondError
-from .base import Algorithm, Context, State
-from .fedavg import replied
+from .base import Algorithm, Context, State, aggregate
 
 
 @dataclass(frozen=True)
@@ -78,13 +76,12 @@ class IFCA(Algorithm):
             choice = state.clusters
         jobs = [ctx.job(state.models[choice[i]], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        sizes = ctx.federation.sizes()
         models = list(state.models)
         for k in range(self.k):
-            members = [i for i in range(n) if choice[i] == k and results[i] is not None]  # None: dropped out (Flower)
-            if members:
-                models[k] = weighted_average([results[i].params for i in members], sizes[members])
-        ok = replied(results)
-        loss = float(np.average([results[i].mean_loss for i in ok], weights=sizes[ok]))
+            members = [i for i in range(n) if choice[i] == k]
+            cluster = aggregate(ctx, members, [results[i] for i in members])  # without the clients that dropped out (Flower)
+            if cluster.clients:
+                models[k] = cluster.average()
+        loss = aggregate(ctx, range(n), results).loss
         return State(models=tuple(models), assignment=choice, round=r + 1, train_loss=loss,
                      clusters=choice, metrics={"clusters_used": len(set(choice))})
