@@ -4,12 +4,13 @@ import torch
 
 from fedcond_testing import tagged_dataset
 from fedcond.algorithms import ALGORITHMS, Context, make_algorithm, resolve_methods
+from fedcond.client_stats import client_statistics
 from fedcond.engine import LoopEngine, SGDConfig, batch_order, weighted_average
 from fedcond.errors import FedcondError
 from fedcond.models import ModelSpec
 from fedcond.protocol import Protocol
 from fedcond.scenarios import make_scenario
-from fedcond.simulate import client_statistics, run_method
+from fedcond.simulate import run_method
 
 
 def test_weighted_average_by_hand():
@@ -98,7 +99,7 @@ def test_same_seed_same_numbers(small):
 
 
 def test_rows_keep_which_test_samples_were_right(small):
-    from fedcond.simulate import pack_hits, unpack_hits
+    from fedcond.results import pack_hits, unpack_hits
 
     r = run_method(small, "Local", Protocol(epochs=2, batch_size=16), seed=1)
     sizes = [c.n_test for c in small.federation.clients]

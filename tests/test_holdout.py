@@ -39,7 +39,7 @@ def test_newcomers_are_evaluated_with_their_own_statistic(digits, statistic):
 
 def test_the_random_control_names_every_client_by_its_id_in_the_full_scenario(digits):
     """A newcomer's vector must not be a training client's: ids are the full scenario's."""
-    from fedcond.simulate import client_statistics
+    from fedcond.client_stats import client_statistics
 
     proto = Protocol(statistic="random")
     train, unseen = hold_out(digits, 1)
@@ -59,7 +59,7 @@ def test_methods_without_a_model_for_a_newcomer_report_none(digits):
     assert "unseen_accuracy" in fedavg.extra
     # the per-sample hits and true clusters a row keeps are the training population's, as per_client is
     from fedcond.holdout import hold_out
-    from fedcond.simulate import unpack_hits
+    from fedcond.results import unpack_hits
 
     kept, _ = hold_out(digits, 1)
     hits = unpack_hits(fedavg.extra["test_hits"])

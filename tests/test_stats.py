@@ -104,7 +104,7 @@ def test_random_control_statistic_depends_on_seed_and_client_id_only():
 def test_protocol_statistic_random_reaches_the_model_z_scored(tagged):
     from fedcond.protocol import PAPER
     from fedcond.scenarios import make_scenario
-    from fedcond.simulate import client_statistics
+    from fedcond.client_stats import client_statistics
 
     sc = make_scenario("E1", "mnist", tagged, k=2, clients_per_cluster=3, seed=0)
     raw, s = client_statistics(sc, PAPER.replace(statistic="random"), seed=4)

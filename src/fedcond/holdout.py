@@ -21,6 +21,7 @@ import torch
 
 from . import stats as S
 from .algorithms import Algorithm, Context, State
+from .client_stats import raw_statistics
 from .engine import predict
 from .errors import FedcondError
 from .protocol import Protocol
@@ -67,8 +68,6 @@ def newcomer_model(alg: Algorithm, state: State, train_cluster: np.ndarray, clus
 
 def unseen_statistics(ctx: Context, protocol: Protocol, unseen: Unseen, train_raw: np.ndarray, data_dir, seed: int):
     """The newcomers' statistics [n, dim], each from its own data, normalised with the training population's."""
-    from .simulate import raw_statistics
-
     raw = raw_statistics(ctx.federation, protocol, data_dir, seed, clients=list(unseen.clients), ids=unseen.ids)
     return torch.as_tensor(S.normalise_with(raw, train_raw, protocol.stats_normalisation), dtype=torch.float32)
 
@@ -78,7 +77,6 @@ def evaluate_unseen(ctx: Context, alg: Algorithm, state: State, unseen: Unseen, 
     """{"unseen_accuracy", "unseen_per_client", "unseen_clients"}; empty where the method has no
     model for a newcomer."""
     model = ctx.spec(alg.conditioned).build()
-    scores = ctx.supervision.collapse if ctx.supervision is not None else None
     per_client = []
     for j, (client, k) in enumerate(zip(unseen.clients, unseen.cluster)):
         if hasattr(alg, "serve_newcomer"):  # the method's own protocol for novel clients
@@ -89,7 +87,7 @@ def evaluate_unseen(ctx: Context, alg: Algorithm, state: State, unseen: Unseen, 
                 return {}
             params = state.models[g]
         s = stats[j].expand(client.n_test, -1) if alg.conditioned else None
-        pred = predict(model, params, client.x_test, s, scores=scores)
+        pred = predict(model, params, client.x_test, s, scores=ctx.scores)
         per_client.append(float((pred == client.y_test).float().mean()) if client.n_test else 0.0)
     return {"unseen_accuracy": float(np.mean(per_client)), "unseen_per_client": per_client,
             "unseen_clients": list(unseen.ids)}

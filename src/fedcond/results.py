@@ -5,12 +5,14 @@ package versions and the git revision, so every number can be traced to the code
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import platformdirs
 
 from .errors import FedcondError
@@ -37,7 +39,7 @@ CREATE TABLE IF NOT EXISTS runs (
     accuracy_std REAL,      -- spread over clients
     weighted_accuracy REAL, -- over all test samples
     per_client TEXT,        -- JSON list, client order of the scenario
-    extra TEXT NOT NULL,             -- JSON: e.g. ARI for clustering methods, the curve, test_hits (simulate.unpack_hits)
+    extra TEXT NOT NULL,             -- JSON: e.g. ARI for clustering methods, the curve, test_hits (results.unpack_hits)
     rounds INTEGER,
     seconds REAL,
     device TEXT NOT NULL,
@@ -171,3 +173,19 @@ def supersede(con: sqlite3.Connection, where: str, params: tuple, reason: str) -
 def superseded(con: sqlite3.Connection) -> list[tuple[str, int]]:
     """(reason, rows) of every superseded group, oldest first."""
     return [(r, n) for r, n in con.execute("SELECT reason, COUNT(*) FROM superseded GROUP BY reason ORDER BY MIN(id)")]
+
+
+def pack_hits(hits: list[np.ndarray]) -> dict:
+    """Every test sample's hit as one bit (client order, base64) with each client's number of test
+    samples: a row keeps which samples its run got right, for paired comparisons of two runs on one
+    scenario (same seed, same test sets)."""
+    bits = np.packbits(np.concatenate(hits) if hits else np.zeros(0, bool))
+    return {"sizes": [int(h.size) for h in hits], "bits": base64.b64encode(bits.tobytes()).decode()}
+
+
+def unpack_hits(packed: dict) -> list[np.ndarray]:
+    """pack_hits undone: per client, a bool per test sample."""
+    sizes = packed["sizes"]
+    bits = np.frombuffer(base64.b64decode(packed["bits"]), dtype=np.uint8)
+    flat = np.unpackbits(bits, count=sum(sizes)).astype(bool)
+    return np.split(flat, np.cumsum(sizes)[:-1]) if sizes else []

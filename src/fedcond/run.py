@@ -100,27 +100,40 @@ def run_methods(
     fewer, they run one after another and their clients are spread over the workers instead.
     """
     if workers <= 1 or len(methods) < workers or device != "cpu":
-        torch.set_num_threads(1)
-        scenario = scenario if scenario is not None else spec.build()
-        engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers, device)
-        try:
-            for m in methods:
-                ckpt = checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every)
-                try:
-                    yield run_method(scenario, m, protocol, seed, engine=engine, data_dir=spec.data_dir,
-                                     on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None, checkpoint=ckpt)
-                except FedcondError as e:
-                    if failures != "return":
-                        raise
-                    yield Failure(m, str(e))
-                if ckpt is not None:  # the caller has the result (or the failure): the progress is no longer needed
-                    ckpt.remove()
-        except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: stop the workers now, not after their jobs
-            getattr(engine, "terminate", engine.close)()
-            raise
-        finally:
-            engine.close()
-        return
+        yield from _run_in_process(spec, methods, protocol, seed, workers, on_round, device, failures, scenario,
+                                   checkpoints, checkpoint_every)
+    else:
+        yield from _run_in_pool(spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every)
+
+
+def _run_in_process(spec, methods, protocol, seed, workers, on_round, device, failures, scenario, checkpoints,
+                    checkpoint_every) -> Iterator[MethodResult | Failure]:
+    """One method after another in this process; their clients spread over `workers` (the engine's pool)."""
+    torch.set_num_threads(1)
+    scenario = scenario if scenario is not None else spec.build()
+    engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers, device)
+    try:
+        for m in methods:
+            ckpt = checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every)
+            try:
+                yield run_method(scenario, m, protocol, seed, engine=engine, data_dir=spec.data_dir,
+                                 on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None, checkpoint=ckpt)
+            except FedcondError as e:
+                if failures != "return":
+                    raise
+                yield Failure(m, str(e))
+            if ckpt is not None:  # the caller has the result (or the failure): the progress is no longer needed
+                ckpt.remove()
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: stop the workers now, not after their jobs
+        getattr(engine, "terminate", engine.close)()
+        raise
+    finally:
+        engine.close()
+
+
+def _run_in_pool(spec, methods, protocol, seed, workers, on_round, failures, checkpoints,
+                 checkpoint_every) -> Iterator[MethodResult | Failure]:
+    """Methods side by side, one per worker process; results in completion order."""
     ctx = mp.get_context("spawn")
     manager = ctx.Manager()
     progress = manager.Queue()

@@ -1,8 +1,8 @@
-"""The round loop: build the context, compute client statistics, run rounds, evaluate per client."""
+"""The round loop: prepare a run (hold-out, client statistics, context), run its rounds (`run_rounds`, which
+the Flower server runs too), evaluate per client and summarise."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -14,10 +14,13 @@ import torch
 from . import stats as S
 from .algorithms import Algorithm, Context, State, hyperparameters, make_algorithm
 from .checkpoint import Checkpoint
+from .client_stats import client_statistics
 from .engine import Engine, SGDConfig, make_engine, predict
 from .errors import FedcondError
+from .holdout import Unseen, evaluate_unseen, hold_out, unseen_statistics
 from .models import ModelSpec
 from .protocol import Protocol
+from .results import pack_hits
 from .scenarios import Scenario
 
 
@@ -35,47 +38,14 @@ class MethodResult:
     extra: dict = field(default_factory=dict)
 
 
-def feature_map(fed, protocol: Protocol, data_dir=None):
-    """phi of SPEC A.2: the pixels for 28x28 grey images; the frozen cross-trained encoder for 32x32 RGB."""
-    if fed.input_shape == (1, 28, 28):
-        return S.pixel_features
-    if fed.input_shape == (3, 32, 32):
-        from .encoder import default_source, encoder_features, load_encoder
-
-        source = protocol.encoder_source or default_source(fed.dataset)
-        return encoder_features(load_encoder(source, data_dir))
-    raise FedcondError(f"no feature map for client statistics of {fed.input_shape} images")
-
-
-def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None, seed: int = 0,
-                      ids=None) -> tuple[np.ndarray, torch.Tensor]:
-    """Raw statistics [N, l] (protocol.statistic: the eigenvalues, or the random control drawn
-    from `seed` and the client ids, by default 0..N-1) and the normalised model input [N, l] (float32)."""
-    fed = scenario.federation
-    raw = raw_statistics(fed, protocol, data_dir, seed, ids=ids)
-    return raw, torch.as_tensor(S.normalise(raw, protocol.stats_normalisation), dtype=torch.float32)
-
-
-def raw_statistics(fed, protocol: Protocol, data_dir=None, seed: int = 0, clients=None, ids=None) -> np.ndarray:
-    """Each client's statistic before normalisation [N, dim], computed from its own data alone;
-    `clients` (default: the federation's) with their ids `ids` (the random control's draw)."""
-    clients = fed.clients if clients is None else clients
-    ids = list(range(len(clients))) if ids is None else list(ids)
-    stat = S.STATISTICS[S.check_statistic(protocol.statistic)]
-    phi = feature_map(fed, protocol, data_dir) if stat.uses_data else None
-    return stat.compute([c.x_train for c in clients], [c.y_train for c in clients], ids, fed.num_classes,
-                        protocol.num_eigenvalues, phi, protocol.stats_method, seed)
-
-
 def sample_hits(ctx: Context, state: State, conditioned: bool) -> list[np.ndarray]:
     """Per client, whether each of its test samples is predicted right, with the model the algorithm
-    assigns it (a JDFL context's expanded head is collapsed to the C classes first)."""
+    assigns it (read through the context's `scores`: JDFL's expanded head collapsed to the C classes)."""
     model = ctx.spec(conditioned).build()
-    scores = ctx.supervision.collapse if ctx.supervision is not None else None
     hits = []
     for i, c in enumerate(ctx.federation.clients):
         s = ctx.client_stats(i, c.n_test) if conditioned else None
-        pred = predict(model, state.models[state.assignment[i]], c.x_test, s, scores=scores)
+        pred = predict(model, state.models[state.assignment[i]], c.x_test, s, scores=ctx.scores)
         hits.append((pred == c.y_test).numpy().astype(bool))
     return hits
 
@@ -92,22 +62,6 @@ def evaluate(ctx: Context, state: State, conditioned: bool) -> tuple[list[float]
     return accuracies(sample_hits(ctx, state, conditioned))
 
 
-def pack_hits(hits: list[np.ndarray]) -> dict:
-    """Every test sample's hit as one bit (client order, base64) with each client's number of test
-    samples: a row keeps which samples its run got right, for paired comparisons of two runs on one
-    scenario (same seed, same test sets)."""
-    bits = np.packbits(np.concatenate(hits) if hits else np.zeros(0, bool))
-    return {"sizes": [int(h.size) for h in hits], "bits": base64.b64encode(bits.tobytes()).decode()}
-
-
-def unpack_hits(packed: dict) -> list[np.ndarray]:
-    """pack_hits undone: per client, a bool per test sample."""
-    sizes = packed["sizes"]
-    bits = np.frombuffer(base64.b64decode(packed["bits"]), dtype=np.uint8)
-    flat = np.unpackbits(bits, count=sum(sizes)).astype(bool)
-    return np.split(flat, np.cumsum(sizes)[:-1]) if sizes else []
-
-
 def cluster_accuracy(scenario: Scenario, per_client: list[float]) -> dict[str, float]:
     """Accuracy over all test samples of each true cluster's clients (JDFL's per-domain accuracy)."""
     fed, truth = scenario.federation, scenario.truth
@@ -120,9 +74,11 @@ def cluster_accuracy(scenario: Scenario, per_client: list[float]) -> dict[str, f
     return out
 
 
-def _evaluation_context(alg: Algorithm, ctx: Context, state: State) -> Context:
-    """The context to evaluate `state` in (JDFL's: its head collapsed to the C classes)."""
-    return alg.evaluation_context(ctx, state) if hasattr(alg, "evaluation_context") else ctx
+def ari(assignment, truth_cluster) -> float:
+    """Adjusted Rand index of an estimated clustering against the true one (1.0: equal up to relabelling)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    return float(adjusted_rand_score(np.asarray(truth_cluster), np.asarray(assignment)))
 
 
 def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: int = 0,
@@ -148,6 +104,57 @@ def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: i
     )
 
 
+@dataclass
+class PreparedRun:
+    """A run ready for its first round: the algorithm, the scenario it trains on (newcomers held
+    out), its context, and what evaluating the newcomers needs."""
+
+    name: str
+    alg: Algorithm
+    scenario: Scenario
+    ctx: Context
+    unseen: Unseen | None = None
+    train_raw: np.ndarray | None = None  # the training clients' raw statistics (a newcomer is normalised with them)
+
+
+def prepare_run(scenario: Scenario, method: "str | Algorithm", protocol: Protocol, seed: int = 0,
+                stats: torch.Tensor | None = None, hyper: dict | None = None, engine: Engine | None = None,
+                data_dir=None) -> PreparedRun:
+    """Everything before the first round: the algorithm, the hold-out, the statistics, the context."""
+    if isinstance(method, str):
+        alg = make_algorithm(method, num_clusters=scenario.truth.num_clusters, **(hyper or {}))
+    else:
+        alg = method
+    name = method if isinstance(method, str) else type(alg).__name__
+    unseen = None
+    if protocol.holdout_clients:  # newcomers: out of training, evaluated at the end (holdout.py)
+        scenario, unseen = hold_out(scenario, protocol.holdout_clients)
+        stats = None  # the training population's own statistics
+    train_raw = None
+    if alg.conditioned and stats is None:  # held out: the training clients keep their ids in the full scenario
+        train_raw, stats = client_statistics(scenario, protocol, data_dir, seed, ids=unseen.kept if unseen else None)
+    ctx = make_context(scenario, alg, protocol, seed, engine, stats, data_dir)
+    return PreparedRun(name, alg, scenario, ctx, unseen, train_raw)
+
+
+def run_rounds(alg: Algorithm, ctx: Context, state: State, rounds: range, name: str,
+               before: Callable[[int], None] | None = None,
+               after: Callable[[int, State], None] | None = None) -> State:
+    """The round loop, the simulator's and the Flower server's: round r for r in `rounds`, a stop
+    at the first training loss that is not finite, then `after(r, state)` (the caller's evaluation,
+    checkpoint, progress). `before(r)`: what the caller does as the round starts (Flower names
+    the round's messages)."""
+    for r in rounds:
+        if before is not None:
+            before(r)
+        state = alg.round(ctx, state, r)
+        if not np.isfinite(state.train_loss):
+            raise FedcondError(f"{name} diverged in round {r + 1} (training loss {state.train_loss})")
+        if after is not None:
+            after(r, state)
+    return state
+
+
 def run_method(
     scenario: Scenario,
     method: "str | Algorithm",
@@ -167,21 +174,8 @@ def run_method(
     training goes; the caller removes it once the result is recorded.
     """
     start = time.perf_counter()
-    if isinstance(method, str):
-        alg = make_algorithm(method, num_clusters=scenario.truth.num_clusters, **(hyper or {}))
-    else:
-        alg = method
-    method = method if isinstance(method, str) else type(alg).__name__
-    unseen = None
-    if protocol.holdout_clients:  # newcomers: out of training, evaluated at the end (holdout.py)
-        from .holdout import hold_out
-
-        scenario, unseen = hold_out(scenario, protocol.holdout_clients)
-        stats = None  # the training population's own statistics
-    train_raw = None
-    if alg.conditioned and stats is None:  # held out: the training clients keep their ids in the full scenario
-        train_raw, stats = client_statistics(scenario, protocol, data_dir, seed, ids=unseen.kept if unseen else None)
-    ctx = make_context(scenario, alg, protocol, seed, engine, stats, data_dir)
+    run = prepare_run(scenario, method, protocol, seed, stats, hyper, engine, data_dir)
+    alg, ctx = run.alg, run.ctx
     rounds = ctx.rounds  # federated: epochs / local_epochs rounds; pooled: one epoch per round
     resumed = checkpoint.load() if checkpoint is not None else None
     if resumed is not None:  # every random stream is named by (seed, round, client): the rest runs as if never stopped
@@ -189,45 +183,21 @@ def run_method(
     else:
         first, state, earlier = 0, alg.init(ctx), 0.0
         curve = []  # [round, mean accuracy over clients, over all test samples] every eval_every rounds and after the last
-    for r in range(first, rounds):
-        state = alg.round(ctx, state, r)
-        if not np.isfinite(state.train_loss):
-            raise FedcondError(f"{method} diverged in round {r + 1} (training loss {state.train_loss})")
+
+    def after(r: int, state: State) -> None:
         if protocol.eval_every and ((r + 1) % protocol.eval_every == 0 or r + 1 == rounds):
-            pc, w = evaluate(_evaluation_context(alg, ctx, state), state, alg.conditioned)
+            pc, w = evaluate(alg.evaluation_context(ctx, state), state, alg.conditioned)
             curve.append([r + 1, float(np.mean(pc)), float(w)])
         if checkpoint is not None and r + 1 < rounds and checkpoint.due():
             checkpoint.save(r + 1, state, curve, earlier + time.perf_counter() - start)
         if on_round is not None:
             on_round(r, state)
-    eval_ctx = _evaluation_context(alg, ctx, state)
-    hits = sample_hits(eval_ctx, state, alg.conditioned)
-    per_client, weighted = accuracies(hits)
-    extra = dict(state.extra.get("metrics", {}))
-    extra["test_hits"] = pack_hits(hits)  # which test samples were right (unpack_hits)
-    if resumed is not None:
-        extra["resumed_after_round"] = first  # rounds 1..first ran in an earlier process (seconds count both)
-    extra["cluster_accuracy"] = cluster_accuracy(scenario, per_client)
-    extra["cluster_of_client"] = [scenario.truth.cluster_names[k] for k in scenario.truth.cluster]
-    for name, index in state.extra.get("alternates", {}).items():  # another model the method keeps (FedDyn's theta)
-        other = dataclasses.replace(state, assignment=(index,) * len(state.assignment))
-        extra[f"{name}_accuracy"] = float(np.mean(evaluate(eval_ctx, other, alg.conditioned)[0]))
-    if curve:  # the first round reaching each maximum
-        best = max(range(len(curve)), key=lambda j: curve[j][1])
-        best_w = max(range(len(curve)), key=lambda j: curve[j][2])
-        extra.update(curve=curve, best_round=curve[best][0], best_accuracy=curve[best][1],
-                     best_weighted_round=curve[best_w][0], best_weighted_accuracy=curve[best_w][2])
-    if unseen is not None:
-        from .holdout import evaluate_unseen, unseen_statistics
 
-        s_new = unseen_statistics(ctx, protocol, unseen, train_raw, data_dir, seed) if alg.conditioned else None
-        extra.update(evaluate_unseen(eval_ctx, alg, state, unseen, scenario.truth.cluster, s_new))
-    if "assignment" in state.extra:  # clustering methods: how well they recovered the true clusters
-        from sklearn.metrics import adjusted_rand_score
-
-        extra["ari"] = float(adjusted_rand_score(scenario.truth.cluster, np.asarray(state.extra["assignment"])))
+    state = run_rounds(alg, ctx, state, range(first, rounds), run.name, after=after)
+    per_client, weighted, extra = final_evaluation(run, state, curve, protocol, data_dir, seed,
+                                                   resumed_after=first if resumed is not None else None)
     return MethodResult(
-        method=method,
+        method=run.name,
         accuracy=float(np.mean(per_client)),
         accuracy_std=float(np.std(per_client)),
         weighted_accuracy=weighted,
@@ -238,3 +208,40 @@ def run_method(
         hyperparameters=hyperparameters(alg),
         extra=extra,
     )
+
+
+def final_evaluation(run: PreparedRun, state: State, curve: list, protocol: Protocol, data_dir=None, seed: int = 0,
+                     resumed_after: int | None = None) -> tuple[list[float], float, dict]:
+    """Accuracy of every client, over all test samples, and the result's extra: the method's own
+    metrics, which test samples were right, per true cluster, the models it keeps beside the
+    assigned ones, the curve's best, the newcomers' accuracy and how well it found the clusters."""
+    alg, truth = run.alg, run.scenario.truth
+    eval_ctx = alg.evaluation_context(run.ctx, state)
+    hits = sample_hits(eval_ctx, state, alg.conditioned)
+    per_client, weighted = accuracies(hits)
+    extra = dict(state.metrics)
+    extra["test_hits"] = pack_hits(hits)  # which test samples were right (results.unpack_hits)
+    if resumed_after is not None:
+        extra["resumed_after_round"] = resumed_after  # rounds 1..resumed_after ran in an earlier process (seconds count both)
+    extra["cluster_accuracy"] = cluster_accuracy(run.scenario, per_client)
+    extra["cluster_of_client"] = [truth.cluster_names[k] for k in truth.cluster]
+    for name, index in state.alternates.items():  # another model the method keeps (FedDyn's theta)
+        other = dataclasses.replace(state, assignment=(index,) * len(state.assignment))
+        extra[f"{name}_accuracy"] = float(np.mean(evaluate(eval_ctx, other, alg.conditioned)[0]))
+    extra.update(best_of_curve(curve))
+    if run.unseen is not None:
+        s_new = unseen_statistics(run.ctx, protocol, run.unseen, run.train_raw, data_dir, seed) if alg.conditioned else None
+        extra.update(evaluate_unseen(eval_ctx, alg, state, run.unseen, truth.cluster, s_new))
+    if state.clusters is not None:  # clustering methods: how well they recovered the true clusters
+        extra["ari"] = ari(state.clusters, truth.cluster)
+    return per_client, weighted, extra
+
+
+def best_of_curve(curve: list) -> dict:
+    """The curve and the first round reaching each maximum (nothing without a curve)."""
+    if not curve:
+        return {}
+    best = max(range(len(curve)), key=lambda j: curve[j][1])
+    best_w = max(range(len(curve)), key=lambda j: curve[j][2])
+    return dict(curve=curve, best_round=curve[best][0], best_accuracy=curve[best][1],
+                best_weighted_round=curve[best_w][0], best_weighted_accuracy=curve[best_w][2])

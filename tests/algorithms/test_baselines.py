@@ -18,11 +18,12 @@ from fedcond.algorithms.dac import (DAC, DACLoss, cosine_matrix, sampling_probab
 from fedcond.algorithms.ditto import PERSONAL, Ditto
 from fedcond.algorithms.fedavg import FedAvg
 from fedcond.algorithms.gossip import PAIRING, Gossip, random_pairs
-from fedcond.algorithms.ifca import IFCA, ari
+from fedcond.algorithms.ifca import IFCA
 from fedcond.engine import LoopEngine, SGDConfig, batch_order, mean_loss, weighted_average
 from fedcond.errors import FedcondError
 from fedcond.models import ModelSpec
 from fedcond.scenarios import make_scenario
+from fedcond.simulate import ari
 
 torch.set_num_threads(1)
 
@@ -222,7 +223,7 @@ def test_ifca_with_one_cluster_is_fedavg_bit_for_bit_and_refinement_stops(small)
         assert_same(a.models[0], b.models[0])
         assert a.train_loss == b.train_loss
     assert engine.loss_calls == 1  # clusters estimated in round 0 only, then frozen
-    assert a.extra["assignment"] == a.assignment == (0,) * 6
+    assert a.clusters == a.assignment == (0,) * 6
 
 
 def test_ifca_aggregates_per_cluster_and_keeps_unpicked_models(small):
@@ -231,7 +232,7 @@ def test_ifca_aggregates_per_cluster_and_keeps_unpicked_models(small):
     s0 = alg.init(ctx)
     assert not torch.equal(s0.models[0]["fc2.weight"], s0.models[1]["fc2.weight"])  # distinct random inits
     s1 = alg.round(ctx, s0, 0)
-    choice = s1.extra["assignment"]
+    choice = s1.clusters
     trained = replay_local(ctx, [s0.models[c] for c in choice], 0)
     sizes = small.federation.sizes()
     for k in range(3):

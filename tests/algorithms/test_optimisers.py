@@ -212,12 +212,12 @@ def test_feddyn_reports_the_clients_average_and_records_the_server_model():
     alg = FedDyn(alpha=0.3)
     s1 = alg.round(ctx, alg.init(ctx), 0)
     theta, average = s1.models
-    assert set(s1.assignment) == {1} and s1.extra["alternates"] == {"server_model": 0}
+    assert set(s1.assignment) == {1} and s1.alternates == {"server_model": 0}
     assert_close({p: average[p] - s1.extra["h"][p] / 0.3 for p in NAMES}, {p: theta[p] for p in NAMES}, atol=1e-6)
     s2 = alg.round(ctx, s1, 1)
     server = FedDyn(alpha=0.3, evaluate="server")
     t1 = server.round(ctx, server.init(ctx), 0)
-    assert set(t1.assignment) == {0} and t1.extra["alternates"] == {"client_average": 1}
+    assert set(t1.assignment) == {0} and t1.alternates == {"client_average": 1}
     assert all(torch.equal(a, b) for a, b in zip(t1.models[0].values(), theta.values()))  # same training either way
     assert s2.round == 2
     with pytest.raises(FedcondError):

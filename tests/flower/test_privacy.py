@@ -14,7 +14,8 @@ import re
 import numpy as np
 import pytest
 
-from fedcond.simulate import client_statistics, run_method
+from fedcond.client_stats import client_statistics
+from fedcond.simulate import run_method
 
 from flower_testing import TWO_ROUNDS
 

@@ -12,7 +12,8 @@ from fedcond.engine import LoopEngine, SGDConfig
 from fedcond.errors import FedcondError
 from fedcond.jdfl import JDFL, DiscoveryConfig, discover, elbow
 from fedcond.jdfl.discovery import layer_names, update_snapshots
-from fedcond.jdfl.targets import HeadLoss, JointLabelLoss
+from fedcond.algorithms.base import HeadLoss
+from fedcond.jdfl.targets import JointLabelLoss
 from fedcond.models import ModelSpec
 from fedcond.protocol import PAPER
 from fedcond.scenarios import make_scenario
@@ -180,7 +181,7 @@ def test_random_scheme_drawn_per_sample_reaches_the_jobs_loss(rotated_digits, ba
     b = alg.round(ctx, state, 0)
     assert all(torch.equal(a.models[0][k], b.models[0][k]) for k in a.models[0]) and np.isfinite(a.train_loss)
     inner = alg.context(ctx, state.extra["jdfl"])
-    assert inner.supervision.loss((5,), (0, 5)).draw == "sample"
+    assert inner.loss_hook((5,), (0, 5)).draw == "sample"
     with pytest.raises(FedcondError):
         make_algorithm("FedAvg+jdfl-random(draw=epoch)")
     with pytest.raises(FedcondError):

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Callable, ClassVar, Protocol
 
 import numpy as np
 import torch
 
-from ..engine import Engine, Job, Params, SGDConfig, clone_params
+from ..engine import Engine, Job, JobResult, Params, SGDConfig, clone_params, weighted_average
 from ..errors import FedcondError
 from ..models import ModelSpec
 from ..scenarios import Federation, GroundTruth
@@ -34,9 +34,10 @@ class Context:
     rounds: int = 1  # total rounds of this run (FedProc's loss schedule needs T)
     stats: torch.Tensor | None = None  # float32 [N, L] normalised client statistics
     truth: GroundTruth | None = None
-    # JDFL (fedcond.jdfl): the expanded head's per-client targets and class-only collapse; None: plain CE
-    supervision: "object | None" = None
-    initial_params: Params | None = None  # every model starts from these (JDFL's replicated head); None: drawn
+    # A plug-in's hooks (set by a wrapper such as JDFL's; None: cross-entropy on the C classes, fresh draws):
+    loss_hook: Callable[[tuple[int, ...], tuple[int, ...]], Callable] | None = None  # (members, seed) -> (logits, y, x) -> loss
+    scores: Callable[[torch.Tensor], torch.Tensor] | None = None  # the model's outputs -> class scores, at prediction
+    initial_params: Params | None = None  # every model starts from these; None: drawn
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -74,33 +75,51 @@ class Context:
         return self._cache[key]
 
     def classification_loss(self, members: tuple[int, ...], seed: tuple[int, ...]):
-        """(logits, y) -> loss for a job of `members`, or None for plain cross-entropy. Algorithms
-        that write their own loss_fn (FedProc) use it for their classification term, so a plug-in
-        such as JDFL changes the head's supervision without touching the algorithm."""
-        return None if self.supervision is None else self.supervision.loss(members, (self.seed, *seed))
+        """(logits, y, x) -> loss for a job of `members` (the loss hook's), or None for plain cross-entropy.
+        Algorithms that write their own loss_fn (FedProc) use it for their classification term, so a
+        plug-in changes the head's supervision without touching the algorithm."""
+        return None if self.loss_hook is None else self.loss_hook(members, (self.seed, *seed))
 
     def job(self, params: Params, members: tuple[int, ...], conditioned: bool, seed: tuple[int, ...], **kw) -> Job:
         x, y, s = self.pooled(members, conditioned)
-        if kw.get("loss_fn") is None and self.supervision is not None:
-            from ..jdfl.targets import HeadLoss
-
+        if kw.get("loss_fn") is None and self.loss_hook is not None:
             kw["loss_fn"] = HeadLoss(self.classification_loss(members, seed))
         return Job(params=params, x=x, y=y, s=s, epochs=kw.pop("epochs", self.local_epochs), seed=(self.seed, *seed), **kw)
 
 
+@dataclass(frozen=True, eq=False)  # holds a loss: compared by identity
+class HeadLoss:
+    """(model, x, s, y) -> loss: the engine's loss_fn for a classifier whose logits go to `targets`,
+    a (logits, y, x) -> loss criterion (a loss hook's, such as JDFL's joint labels)."""
+
+    targets: Callable
+
+    def __call__(self, model, x, s, y):
+        return self.targets(model(x, s), y, x)
+
+
 @dataclass(frozen=True)
 class State:
-    """Learned state after a round. `assignment[i]` is the model that client i predicts with."""
+    """Learned state after a round. `assignment[i]` is the model that client i predicts with.
+
+    The simulator reads the typed fields; `extra` is the algorithm's own (control variates,
+    prototypes, priors), read by nobody else."""
 
     models: tuple[Params, ...]
     assignment: tuple[int, ...]
     momentum: tuple[Params | None, ...] = ()  # optimiser state carried across rounds, per model
     round: int = 0
     train_loss: float = float("nan")
-    extra: dict = field(default_factory=dict)  # algorithm-specific, e.g. IFCA's cluster choices
+    metrics: dict[str, object] = field(default_factory=dict)  # reported with the result (Ditto's global-track loss)
+    alternates: dict[str, int] = field(default_factory=dict)  # name -> another model evaluated on every client (FedDyn's)
+    clusters: tuple[int, ...] | None = None  # the method's estimate of each client's cluster, scored by ARI (IFCA's)
+    extra: dict = field(default_factory=dict)  # the algorithm's own learned state
 
 
 class Algorithm(Protocol):
+    """What the simulator and the Flower server call. Algorithms subclass it (for the defaults) and
+    are frozen dataclasses of their hyper-parameters."""
+
     conditioned: ClassVar[bool]  # does the model take the client statistics?
     needs_truth: ClassVar[bool]  # may it see the true clusters (oracles only)?
     federated: ClassVar[bool]  # rounds of local_epochs (True) or one epoch of pooled training per round
@@ -108,6 +127,37 @@ class Algorithm(Protocol):
     def init(self, ctx: Context) -> State: ...
 
     def round(self, ctx: Context, state: State, r: int) -> State: ...
+
+    def evaluation_context(self, ctx: Context, state: State) -> Context:
+        """The context to evaluate `state` in; by default the training one (JDFL's: its expanded head)."""
+        return ctx
+
+
+@dataclass(frozen=True)
+class Replies:
+    """One round's replies, gathered: the clients that answered (in job order), their results and sizes."""
+
+    clients: tuple[int, ...]
+    results: tuple[JobResult, ...]
+    sizes: np.ndarray  # [P] n_i, the training samples of each replying client
+
+    def average(self, uniform: bool = False) -> Params:
+        """sum_i n_i theta_i / sum_i n_i over the replies; uniform: the plain mean (FedDyn's, FedDC's)."""
+        return weighted_average([res.params for res in self.results], np.ones(len(self.results)) if uniform else self.sizes)
+
+    @property
+    def loss(self) -> float:
+        """The replies' training loss, weighted by client size: what a round reports."""
+        return float(np.average([res.mean_loss for res in self.results], weights=self.sizes))
+
+
+def aggregate(ctx: Context, clients, results: list[JobResult | None]) -> Replies:
+    """The replies to one job per client of `clients`, for averaging and the reported loss. None is
+    a client that did not reply (over Flower it dropped out mid-round; in-process every client
+    replies): it is left out, as a client that did not take part in the round."""
+    ok = [j for j, res in enumerate(results) if res is not None]
+    answered = tuple(clients[j] for j in ok)
+    return Replies(answered, tuple(results[j] for j in ok), ctx.federation.sizes()[list(answered)])
 
 
 _CLIENT_SAMPLING = 0xC11E  # names the random stream of client sampling (shared by every algorithm here)

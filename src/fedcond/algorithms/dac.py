@@ -40,7 +40,7 @@ import torch
 
 from ..engine import Params, mix, weighted_average
 from ..errors import FedcondError
-from .base import parameter_names, Context, State
+from .base import aggregate, parameter_names, Algorithm, Context, State
 
 SAMPLING = 0xDAC5  # purpose of the random stream that draws DACLoss's neighbours
 
@@ -73,13 +73,12 @@ def top_k_peers(similarity: np.ndarray, k: int) -> tuple[tuple[int, ...], ...]:
 def _local_update(alg, ctx: Context, state: State, r: int):
     n = ctx.federation.num_clients
     jobs = [ctx.job(state.models[i], (i,), alg.conditioned, seed=(r, i)) for i in range(n)]
-    results = ctx.engine.train(ctx.spec(alg.conditioned), jobs)
-    loss = float(np.average([res.mean_loss for res in results], weights=ctx.federation.sizes()))
-    return [res.params for res in results], loss
+    replies = aggregate(ctx, range(n), ctx.engine.train(ctx.spec(alg.conditioned), jobs))
+    return [res.params for res in replies.results], replies.loss
 
 
 @dataclass(frozen=True)
-class DAC:
+class DAC(Algorithm):
     clusters: int = 2  # K, the true number of clusters (sets the default k)
     k: int | None = None  # peers each client averages with; None: round(N / clusters) - 1
 
@@ -146,7 +145,7 @@ def two_hop_priors(priors: np.ndarray, row: np.ndarray, i: int, sampled, ever_sa
 
 
 @dataclass(frozen=True)
-class DACLoss:
+class DACLoss(Algorithm):
     n_sampled: int = 5  # neighbours drawn per client and round
     tau: float = 10.0  # softmax temperature (multiplies the similarities)
     aggregation: str = "size"  # size: n_j-weighted mean (authors' code) | softmax: softmax(tau * a_ij)

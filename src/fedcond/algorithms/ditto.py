@@ -32,18 +32,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
-from ..engine import Regulariser, weighted_average
+from ..engine import Regulariser
 from ..errors import FedcondError
-from .base import Context, State
-from .fedavg import replied
+from .base import Algorithm, Context, State, aggregate
 
 PERSONAL = 0xD177  # names the personal update's batch-order streams (the global track uses FedAvg's)
 
 
 @dataclass(frozen=True)
-class Ditto:
+class Ditto(Algorithm):
     lam: float = 1.0  # lambda, the proximal weight toward the received global model
     personal_epochs: int = 5  # per round (default), or in total with total_over_rounds
     total_over_rounds: int | None = None  # None: personal_epochs every round; R: personal_epochs spread over R rounds
@@ -89,15 +86,12 @@ class Ditto:
         ] if epochs > 0 else []
         results = ctx.engine.train(ctx.spec(self.conditioned), global_jobs + personal_jobs)
         global_res, personal_res = results[:n], results[n:]
-        sizes = ctx.federation.sizes()
-        ok = replied(global_res)  # a client that dropped out (Flower) keeps its v_i and adds nothing to w
-        new_w = weighted_average([global_res[i].params for i in ok], sizes[ok])
-        global_loss = float(np.average([global_res[i].mean_loss for i in ok], weights=sizes[ok]))
+        global_track = aggregate(ctx, range(n), global_res)  # a client that dropped out (Flower) keeps its v_i, adds nothing to w
+        new_w, global_loss = global_track.average(), global_track.loss
         if personal_res:
             personal = tuple(state.models[1 + i] if res is None else res.params for i, res in enumerate(personal_res))
-            kept = replied(personal_res)
-            loss = float(np.average([personal_res[i].mean_loss for i in kept], weights=sizes[kept]))  # task loss, no lam term
+            loss = aggregate(ctx, range(n), personal_res).loss  # task loss, no lam term
         else:  # no personal epochs this round: v_i unchanged, report the global track's loss
             personal, loss = state.models[1:], global_loss
         return State(models=(new_w, *personal), assignment=state.assignment, round=r + 1, train_loss=loss,
-                     extra={"metrics": {"global_train_loss": global_loss}})
+                     metrics={"global_train_loss": global_loss})

@@ -11,20 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
-from ..engine import weighted_average
-from .base import Context, State
-
-
-def replied(results: list) -> list[int]:
-    """Positions of the jobs whose results came back: all of them in-process; over Flower a client
-    that dropped out mid-round leaves None, and the round aggregates the replies it got."""
-    return [j for j, res in enumerate(results) if res is not None]
+from .base import Algorithm, Context, State, aggregate
 
 
 @dataclass(frozen=True)
-class FedAvg:
+class FedAvg(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
@@ -35,12 +26,8 @@ class FedAvg:
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
         jobs = [ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
-        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        ok = replied(results)
-        sizes = ctx.federation.sizes()[ok]
-        new = weighted_average([results[i].params for i in ok], sizes)
-        loss = float(np.average([results[i].mean_loss for i in ok], weights=sizes))
-        return State(models=(new,), assignment=state.assignment, round=r + 1, train_loss=loss)
+        replies = aggregate(ctx, range(n), ctx.engine.train(ctx.spec(self.conditioned), jobs))
+        return State(models=(replies.average(),), assignment=state.assignment, round=r + 1, train_loss=replies.loss)
 
 
 @dataclass(frozen=True)

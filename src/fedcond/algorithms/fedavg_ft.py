@@ -20,14 +20,14 @@ import numpy as np
 
 from ..engine import Job, Params
 from ..errors import FedcondError
-from .base import Context, State
-from .fedavg import FedAvg, replied
+from .base import Algorithm, Context, State, aggregate
+from .fedavg import FedAvg
 
 FINETUNE = 0xF17E  # names the fine-tuning batch-order streams (training clients and newcomers)
 
 
 @dataclass(frozen=True)
-class FedAvgFT:
+class FedAvgFT(Algorithm):
     finetune_epochs: int = 10  # FedRep's code fine-tunes its FedAvg baseline for 10 local epochs (docs/choices.md)
 
     conditioned: ClassVar[bool] = False
@@ -50,11 +50,10 @@ class FedAvgFT:
         jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i, FINETUNE), epochs=self.finetune_epochs) for i in range(n)]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         personal = tuple(w if res is None else res.params for res in results)  # a dropped-out client keeps w
-        ok = replied(results)
-        ft_loss = float(np.average([results[i].mean_loss for i in ok], weights=ctx.federation.sizes()[ok]))
+        ft_loss = aggregate(ctx, tuple(range(n)), results).loss
         # models[0] is the global model; models[1 + i] is client i's fine-tuned one
         return State(models=(w, *personal), assignment=tuple(range(1, n + 1)), round=new.round,
-                     train_loss=new.train_loss, extra={"metrics": {"finetune_train_loss": ft_loss}})
+                     train_loss=new.train_loss, metrics={"finetune_train_loss": ft_loss})
 
     def serve_newcomer(self, ctx: Context, state: State, client, client_id: int) -> Params:
         """The final global model fine-tuned on the newcomer's own training data, as every client did."""

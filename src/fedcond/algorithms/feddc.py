@@ -40,16 +40,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
-from ..engine import Regulariser, weighted_average
+from ..engine import Regulariser
 from ..errors import FedcondError
-from .base import check_participation, parameter_names, participants, Context, State
+from .base import aggregate, check_participation, parameter_names, participants, Algorithm, Context, State
 from .scaffold import effective_steps, zeros_like_params
 
 
 @dataclass(frozen=True)
-class FedDC:
+class FedDC(Algorithm):
     alpha: float = 0.01  # weight of the drift penalty (the code's alpha_coef)
     participation: float = 1.0  # fraction of clients that train each round
 
@@ -86,7 +84,8 @@ class FedDC:
                 linear={p: g[p] / wi - g_clients[i][p] for p in names},  # <theta, G/w_i - G_i>
             )
             jobs.append(ctx.job(w, (i,), self.conditioned, seed=(r, i), regulariser=reg))
-        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
+        replies = aggregate(ctx, active, ctx.engine.train(ctx.spec(self.conditioned), jobs))
+        active, results = replies.clients, replies.results
 
         lr, beta = ctx.sgd.lr, ctx.sgd.momentum
         n = ctx.federation.num_clients
@@ -100,9 +99,8 @@ class FedDC:
         new_g = {p: g[p] + sum(float(weights[i]) * (new_g_clients[i][p] - g_clients[i][p]) for i in active) / n
                  for p in names}
 
-        mean = weighted_average([res.params for res in results], np.ones(len(active)))  # uniform over P
+        mean = replies.average(uniform=True)  # uniform over P
         mean_drift = {p: sum(d[p] for d in new_drift) / n for p in names}  # over all N clients
         new_w = {p: mean[p] + mean_drift[p] if p in mean_drift else mean[p] for p in mean}
-        loss = float(np.average([res.mean_loss for res in results], weights=sizes[list(active)]))
-        return State(models=(new_w,), assignment=state.assignment, round=r + 1, train_loss=loss,
+        return State(models=(new_w,), assignment=state.assignment, round=r + 1, train_loss=replies.loss,
                      extra={"g": new_g, "g_clients": tuple(new_g_clients), "drift": tuple(new_drift)})

@@ -49,15 +49,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..engine import Regulariser, weighted_average
+from ..engine import Regulariser
 from ..errors import FedcondError
-from .base import check_participation, parameter_names, participants, Context, State
-from .fedavg import replied
+from .base import aggregate, check_participation, parameter_names, participants, Algorithm, Context, State
 from .scaffold import zeros_like_params
 
 
 @dataclass(frozen=True)
-class FedDyn:
+class FedDyn(Algorithm):
     alpha: float = 0.01  # dynamic-regulariser weight (the code's alpha_coef)
     participation: float = 1.0  # fraction of clients that train each round
     max_grad_norm: float | None = 10.0  # the authors' code clips local gradients at norm 10; None: no clipping
@@ -78,11 +77,10 @@ class FedDyn:
 
     def _state(self, theta, average, n: int, **kw) -> State:
         """models: (theta^t, the clients' plain average); clients predict with the one `evaluate` names,
-        the other is evaluated beside it (extra["alternates"])."""
+        the other is evaluated beside it (State.alternates)."""
         main, other = (1, 0) if self.evaluate == "average" else (0, 1)
         alt = {1: "client_average", 0: "server_model"}[other]
-        return State(models=(theta, average), assignment=(main,) * n, extra={**kw.pop("extra"), "alternates": {alt: other}},
-                     **kw)
+        return State(models=(theta, average), assignment=(main,) * n, alternates={alt: other}, **kw)
 
     def client_alphas(self, ctx: Context) -> np.ndarray:
         """alpha_k = alpha / (n_k / mean n) for every client k."""
@@ -108,9 +106,8 @@ class FedDyn:
                     regulariser=Regulariser(mu=float(alphas[k]), anchor=theta, linear={p: -grad[k][p] for p in names}), **clip)
             for k in active
         ]
-        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        ok = replied(results)  # a client that dropped out mid-round (Flower) is treated as a non-participant
-        active, results = tuple(active[j] for j in ok), [results[j] for j in ok]
+        replies = aggregate(ctx, active, ctx.engine.train(ctx.spec(self.conditioned), jobs))
+        active, results = replies.clients, replies.results
 
         m = ctx.federation.num_clients
         drift = {k: {p: res.params[p] - theta[p] for p in names} for k, res in zip(active, results)}  # theta_k^t - theta^{t-1}
@@ -119,8 +116,6 @@ class FedDyn:
             new_grad[k] = {p: grad[k][p] - float(alphas[k]) * drift[k][p] for p in names}
         new_h = {p: h[p] - self.alpha / m * sum(drift[k][p] for k in active) for p in names}
 
-        mean = weighted_average([res.params for res in results], np.ones(len(active)))  # uniform over P
+        mean = replies.average(uniform=True)  # uniform over P
         new_theta = {p: mean[p] - new_h[p] / self.alpha if p in new_h else mean[p] for p in mean}
-        sizes = ctx.federation.sizes()[list(active)]
-        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
-        return self._state(new_theta, mean, m, round=r + 1, train_loss=loss, extra={"h": new_h, "grad": tuple(new_grad)})
+        return self._state(new_theta, mean, m, round=r + 1, train_loss=replies.loss, extra={"h": new_h, "grad": tuple(new_grad)})

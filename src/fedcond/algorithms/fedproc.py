@@ -40,13 +40,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..engine import Params, channels_last, weighted_average
+from ..engine import Params, channels_last
 from ..errors import FedcondError
-from .base import check_participation, participants, Context, State
+from .base import aggregate, check_participation, participants, Algorithm, Context, State
 
 
 @dataclass(frozen=True, eq=False)  # holds tensors: compared by identity
@@ -97,7 +96,7 @@ def class_feature_sums(model, params: Params, x: torch.Tensor, y: torch.Tensor, 
 
 
 @dataclass(frozen=True)
-class FedProc:
+class FedProc(Algorithm):
     rounds: int | None = None  # T, which weights the two losses; None: the run's number of rounds
     temperature: float = 1.0  # tau of the prototypical contrastive loss (the public re-implementation's)
     participation: float = 1.0  # fraction of clients that train each round
@@ -154,11 +153,8 @@ class FedProc:
         jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i),
                         loss_fn=dataclasses.replace(loss_fn, classification=ctx.classification_loss((i,), (r, i))))
                 for i in active]
-        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        sizes = ctx.federation.sizes()[list(active)]
-        new = weighted_average([res.params for res in results], sizes)
-        protos, present = self.prototypes(ctx, [res.params for res in results], active,
+        replies = aggregate(ctx, active, ctx.engine.train(ctx.spec(self.conditioned), jobs))
+        protos, present = self.prototypes(ctx, [res.params for res in replies.results], replies.clients,
                                           (state.extra["prototypes"], state.extra["present"]))
-        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
-        return State(models=(new,), assignment=state.assignment, round=r + 1, train_loss=loss,
+        return State(models=(replies.average(),), assignment=state.assignment, round=r + 1, train_loss=replies.loss,
                      extra={"prototypes": protos, "present": present})

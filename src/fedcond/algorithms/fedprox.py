@@ -20,15 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
-from ..engine import Regulariser, weighted_average
+from ..engine import Regulariser
 from ..errors import FedcondError
-from .base import Context, State, check_participation, participants
-from .fedavg import replied
+from .base import Algorithm, Context, State, aggregate, check_participation, participants
 
 @dataclass(frozen=True)
-class FedProx:
+class FedProx(Algorithm):
     mu: float = 0.01  # proximal weight; 0 gives FedAvg
     participation: float = 1.0  # fraction of clients that train each round
 
@@ -49,9 +46,5 @@ class FedProx:
         active = participants(ctx, r, self.participation)
         prox = Regulariser(mu=self.mu, anchor=w)  # the same anchor for everyone: the broadcast weights
         jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i), regulariser=prox) for i in active]
-        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        ok = replied(results)  # all of them, unless a client dropped out mid-round (Flower)
-        sizes = ctx.federation.sizes()[[active[j] for j in ok]]
-        new = weighted_average([results[j].params for j in ok], sizes)
-        loss = float(np.average([results[j].mean_loss for j in ok], weights=sizes))
-        return State(models=(new,), assignment=state.assignment, round=r + 1, train_loss=loss)
+        replies = aggregate(ctx, active, ctx.engine.train(ctx.spec(self.conditioned), jobs))
+        return State(models=(replies.average(),), assignment=state.assignment, round=r + 1, train_loss=replies.loss)

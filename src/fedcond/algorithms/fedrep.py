@@ -31,8 +31,7 @@ import torch.nn.functional as F
 
 from ..engine import Job, Params, weighted_average
 from ..errors import FedcondError
-from .base import Context, State
-from .fedavg import replied
+from .base import Algorithm, Context, State, aggregate
 
 HEAD = 0x4EAD  # names the head updates' batch-order streams (the body update uses FedAvg's)
 
@@ -75,7 +74,7 @@ class BodyOnlyLoss:
 
 
 @dataclass(frozen=True)
-class FedRep:
+class FedRep(Algorithm):
     head_epochs: int = 10  # tau_h: FedRep's CIFAR-10 scripts, local_ep 11 with local_rep_ep 1 (docs/choices.md)
     body_epochs: int | None = None  # tau_b; None: the protocol's local_epochs (1 under the paper protocol, FedRep's 1)
 
@@ -106,15 +105,14 @@ class FedRep:
         bodies = ctx.engine.train(spec, [ctx.job(start[i], (i,), self.conditioned, seed=(r, i), epochs=epochs,
                                                  loss_fn=BodyOnlyLoss(ctx.classification_loss((i,), (r, i))))
                                          for i in range(n)])
-        ok = replied(bodies)
+        replies = aggregate(ctx, tuple(range(n)), bodies)
         head = head_names(spec)
-        sizes = ctx.federation.sizes()[ok]
-        body = weighted_average([{k: v for k, v in bodies[i].params.items() if k not in head} for i in ok], sizes)
+        body = weighted_average([{k: v for k, v in res.params.items() if k not in head} for res in replies.results],
+                                replies.sizes)
         # one body tensor shared by every client's model (never written in place): memory for the heads only
         models = tuple({**body, **{k: start[i][k] if bodies[i] is None else bodies[i].params[k] for k in head}}
                        for i in range(n))
-        loss = float(np.average([bodies[i].mean_loss for i in ok], weights=sizes))
-        return State(models=models, assignment=state.assignment, round=r + 1, train_loss=loss)
+        return State(models=models, assignment=state.assignment, round=r + 1, train_loss=replies.loss)
 
     def serve_newcomer(self, ctx: Context, state: State, client, client_id: int) -> Params:
         """A head trained on the final global body (frozen), from the initial head, on the newcomer's data."""

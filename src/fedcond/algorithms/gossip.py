@@ -25,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..engine import weighted_average
-from .base import Context, State
+from .base import Algorithm, Context, State, aggregate
 
 PAIRING = 0x6055  # purpose of the random stream that draws each round's pairs
 
@@ -37,7 +37,7 @@ def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int,
 
 
 @dataclass(frozen=True)
-class Gossip:
+class Gossip(Algorithm):
     independent_init: bool = True  # every client starts from its own random weights; False: one shared draw
 
     conditioned: ClassVar[bool] = False
@@ -60,7 +60,6 @@ class Gossip:
         pairs = random_pairs(n, np.random.default_rng(np.random.SeedSequence([ctx.seed, PAIRING, r])))
         for i, j in pairs:
             models[i] = models[j] = weighted_average([results[i].params, results[j].params], np.ones(2))
-        sizes = ctx.federation.sizes()
-        loss = float(np.average([res.mean_loss for res in results], weights=sizes))
+        loss = aggregate(ctx, range(n), results).loss
         return State(models=tuple(models), assignment=state.assignment, round=r + 1, train_loss=loss,
                      extra={"pairs": pairs})

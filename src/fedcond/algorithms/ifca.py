@@ -20,8 +20,8 @@ and the remaining rounds are FedAvg within each estimated cluster. At the paper 
 gave the same accuracy and ARI 1.0 on the probe configurations (E1 MNIST K=2 super sparse .9504;
 E3b MNIST K=2 rich .9891; docs/choices.md). With K = 1 IFCA is FedAvg, bit for bit.
 
-The final assignment is in `State.extra["assignment"]`; the simulator scores it against the true
-clusters with `ari`.
+The final assignment is in `State.clusters`; the simulator scores it against the true
+clusters with `simulate.ari`.
 """
 
 from __future__ import annotations
@@ -31,21 +31,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..engine import weighted_average
 from ..errors import FedcondError
-from .base import Context, State
-from .fedavg import replied
-
-
-def ari(assignment, truth_cluster) -> float:
-    """Adjusted Rand index of an estimated clustering against the true one (1.0: equal up to relabelling)."""
-    from sklearn.metrics import adjusted_rand_score
-
-    return float(adjusted_rand_score(np.asarray(truth_cluster), np.asarray(assignment)))
+from .base import Algorithm, Context, State, aggregate
 
 
 @dataclass(frozen=True)
-class IFCA:
+class IFCA(Algorithm):
     k: int = 2  # K, the number of cluster models: pass the true number of clusters
     refine_rounds: int | None = None  # None: every round re-estimates the clusters; R: rounds 0..R-1 only
 
@@ -82,16 +73,15 @@ class IFCA:
         if self.estimates_in(r):
             choice, _ = self.choose(ctx, state.models)
         else:
-            choice = state.extra["assignment"]
+            choice = state.clusters
         jobs = [ctx.job(state.models[choice[i]], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        sizes = ctx.federation.sizes()
         models = list(state.models)
         for k in range(self.k):
-            members = [i for i in range(n) if choice[i] == k and results[i] is not None]  # None: dropped out (Flower)
-            if members:
-                models[k] = weighted_average([results[i].params for i in members], sizes[members])
-        ok = replied(results)
-        loss = float(np.average([results[i].mean_loss for i in ok], weights=sizes[ok]))
+            members = [i for i in range(n) if choice[i] == k]
+            cluster = aggregate(ctx, members, [results[i] for i in members])  # without the clients that dropped out (Flower)
+            if cluster.clients:
+                models[k] = cluster.average()
+        loss = aggregate(ctx, range(n), results).loss
         return State(models=tuple(models), assignment=choice, round=r + 1, train_loss=loss,
-                     extra={"assignment": choice, "metrics": {"clusters_used": len(set(choice))}})
+                     clusters=choice, metrics={"clusters_used": len(set(choice))})

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from ..engine import Params, weighted_average
 from ..errors import FedcondError
-from .base import Context, State
+from .base import Algorithm, Context, State
 from . import hypernet as H
 
 PEFLL = 0x9E11  # names PeFLL's random streams: the networks' initialisation, the client order
@@ -70,7 +70,7 @@ class EmbedNet(nn.Module):
 
 
 @dataclass(frozen=True)
-class PeFLL:
+class PeFLL(Algorithm):
     embed_dim: int | None = None  # None: int(1 + N/4), the code's "auto embedding size"
     hidden: int = 100  # --hyper-hid
     n_hidden: int = 3  # --hyper-nhid

@@ -34,7 +34,7 @@ import torch.nn as nn
 
 from ..engine import Job, Params
 from ..errors import FedcondError
-from .base import Context, State
+from .base import Algorithm, Context, State
 from . import hypernet as H
 
 PFEDHN = 0x9FED  # names pFedHN's random streams: the hypernetwork's initialisation, the client order
@@ -42,7 +42,7 @@ NEWCOMER = 0x9FEE  # names a newcomer's embedding draw and batch orders
 
 
 @dataclass(frozen=True)
-class PFedHN:
+class PFedHN(Algorithm):
     embed_dim: int | None = None  # None: int(1 + N/4), the code's "auto embedding size"
     hidden: int = 100  # --hyper-hid
     n_hidden: int = 3  # --n-hidden

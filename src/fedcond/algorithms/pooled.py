@@ -11,11 +11,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from .base import Context, State
+from .base import Algorithm, Context, State
 
 
 @dataclass(frozen=True)
-class PooledTraining:
+class PooledTraining(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = False  # one epoch of ordinary training per round

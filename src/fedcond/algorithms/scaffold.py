@@ -38,13 +38,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
 import torch
 
-from ..engine import Params, Regulariser, weighted_average
+from ..engine import Params, Regulariser
 from ..errors import FedcondError
-from .base import check_participation, parameter_names, participants, Context, State
-from .fedavg import replied
+from .base import aggregate, check_participation, parameter_names, participants, Algorithm, Context, State
 
 
 def effective_steps(k: int, momentum: float) -> float:
@@ -60,7 +58,7 @@ def zeros_like_params(params: Params, names: tuple[str, ...]) -> Params:
 
 
 @dataclass(frozen=True)
-class Scaffold:
+class Scaffold(Algorithm):
     server_lr: float = 1.0  # eta_g, the global step size
     participation: float = 1.0  # fraction of clients that train each round
 
@@ -90,9 +88,8 @@ class Scaffold:
                     regulariser=Regulariser(linear={k: c[k] - c_clients[i][k] for k in names}))  # g - c_i + c
             for i in active
         ]
-        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        ok = replied(results)  # a client that dropped out mid-round (Flower) is treated as a non-participant
-        active, results = tuple(active[j] for j in ok), [results[j] for j in ok]
+        replies = aggregate(ctx, active, ctx.engine.train(ctx.spec(self.conditioned), jobs))
+        active, results = replies.clients, replies.results
 
         lr, beta = ctx.sgd.lr, ctx.sgd.momentum
         sizes = ctx.federation.sizes()
@@ -103,11 +100,10 @@ class Scaffold:
             new_clients[i] = {k: c_clients[i][k] - c[k] + (x[k] - res.params[k]) * scale for k in names}  # option II
         new_c = {k: c[k] + sum(float(p[i]) * (new_clients[i][k] - c_clients[i][k]) for i in active) for k in names}
 
-        avg = weighted_average([res.params for res in results], sizes[list(active)])  # x + mean(y_i - x) at eta_g = 1
+        avg = replies.average()  # x + mean(y_i - x) at eta_g = 1
         if self.server_lr == 1.0:
             new_x = avg
         else:
             new_x = {k: x[k] + self.server_lr * (avg[k] - x[k]) if k in c else avg[k] for k in avg}
-        loss = float(np.average([res.mean_loss for res in results], weights=sizes[list(active)]))
-        return State(models=(new_x,), assignment=state.assignment, round=r + 1, train_loss=loss,
+        return State(models=(new_x,), assignment=state.assignment, round=r + 1, train_loss=replies.loss,
                      extra={"c": new_c, "c_clients": tuple(new_clients)})

@@ -19,6 +19,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 
 from .. import stats as S
+from ..client_stats import raw_statistics
 from ..engine import Job, LoopEngine, SGDConfig, mean_loss, predict
 from ..errors import FedcondError
 from ..models import ModelSpec
@@ -114,8 +115,6 @@ def _raw_stats(context: Context) -> np.ndarray:
     rec = context.state.get("fedcond.stats")
     if rec is not None:
         return rec["raw"].numpy().copy()
-    from ..simulate import raw_statistics
-
     run, index, fed, me = _my_data(context)
     raw = raw_statistics(fed, run.protocol, run.spec.data_dir, run.seed, clients=[me], ids=[index])[0]
     context.state["fedcond.stats"] = ArrayRecord({"raw": torch.from_numpy(raw)})

@@ -29,6 +29,7 @@ from .. import safe_state, stats as S
 from ..errors import FedcondError
 from ..models import ModelSpec
 from ..scenarios.federation import Federation
+from ..simulate import run_rounds
 from . import secure_sum
 from .config import FlowerRun
 from .wire import Blobs, ClientHeld, RemoteData, decode_results, encode_jobs
@@ -239,9 +240,36 @@ def serve(grid, run: FlowerRun, log: Callable[[str], None] = _to_stderr) -> dict
     alg = make_algorithm(run.method, num_clusters=run.spec.k, **run.hyper)
     if not alg.federated or alg.needs_truth:
         raise FedcondError(f"{run.method} trains on pooled data or needs the true clusters; it has no federated form")
+    exchange, fed = connect(grid, run, alg.conditioned, log)
+    ctx = server_context(exchange, fed, run, alg.conditioned, log)
+    ckpt_path = Path(run.checkpoint) if run.checkpoint else None
+    state, done = first_state(alg, ctx, exchange, run, ckpt_path, log)
+    history = []
+
+    def before(r: int) -> None:
+        ctx.engine.group = f"round {r + 1}"
+
+    def after(r: int, state: State) -> None:
+        history.append({"round": r + 1, "train_loss": state.train_loss})
+        log(f"round {r + 1}/{run.num_rounds}: train loss {state.train_loss:.4f}")
+        if ckpt_path:
+            save_checkpoint(ckpt_path, run, state, r + 1)
+
+    state = run_rounds(alg, ctx, state, range(done, run.num_rounds), run.method, before=before, after=after)
+    scores = evaluate(exchange, ctx, state, alg.conditioned, run.min_replies)  # whoever answers; the rest listed
+    return {
+        "method": run.method, "experiment": run.experiment, "rounds": run.num_rounds, "resumed_after": done, **scores,
+        "train_loss": state.train_loss, "history": history, "hyperparameters": hyperparameters(alg),
+        "dropped": [list(d) for d in exchange.dropped], "seconds": time.perf_counter() - start,
+        "delta": run.dp.delta if run.dp else None,
+        "normalisation": run.normalisation if alg.conditioned else None,
+    }
+
+def connect(grid, run: FlowerRun, conditioned: bool, log: Callable[[str], None]) -> tuple[Exchange, Federation]:
+    """Wait for the SuperNodes, learn which partition each holds, and the federation's shape (sizes only)."""
     nodes = wait_for_nodes(grid, run.clients, run.node_timeout)
     hello = Exchange(grid, {k: n for k, n in enumerate(nodes)}, run.reply_timeout, log)
-    setup = {"run": run.to_json(), "conditioned": alg.conditioned}
+    setup = {"run": run.to_json(), "conditioned": conditioned}
     info = hello({k: RecordDict({"job": ConfigRecord({k2: json.dumps(v) for k2, v in setup.items()})}) for k in range(len(nodes))},
                  "query.hello", "hello")
     metas = {k: json.loads(c["result"]["info"]) for k, c in info.items()}
@@ -254,44 +282,37 @@ def serve(grid, run: FlowerRun, log: Callable[[str], None] = _to_stderr) -> dict
     clients = tuple(RemoteClient(m["index"], m["n_train"], m["n_test"]) for m in sorted(metas.values(), key=lambda m: m["index"]))
     fed = Federation(first["family"], first["dataset"], clients, first["num_classes"], tuple(first["input_shape"]),
                      tuple(first["mean"]), tuple(first["std"]))
+    return exchange, fed
+
+
+def server_context(exchange: Exchange, fed: Federation, run: FlowerRun, conditioned: bool,
+                   log: Callable[[str], None]) -> ServerContext:
+    """The algorithm's context on the server (the clients' statistics normalised first, on the clients)."""
     protocol = run.protocol
     stat_dim = S.statistic_dim(protocol.statistic, protocol.num_eigenvalues, fed.num_classes)
-    if alg.conditioned:
+    if conditioned:
         secure_normalisation(exchange, list(range(run.clients)), stat_dim, run.normalisation, log)
     plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
     engine = FlowerEngine(exchange, SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), run.min_replies)
-    ctx = ServerContext(
+    return ServerContext(
         federation=fed, plain_model=plain,
-        conditioned_model=dataclasses.replace(plain, stat_dim=stat_dim) if alg.conditioned else None,
+        conditioned_model=dataclasses.replace(plain, stat_dim=stat_dim) if conditioned else None,
         engine=engine, seed=run.seed, local_epochs=protocol.local_epochs, rounds=run.num_rounds, stats=None, truth=None,
     )
-    ckpt_path = Path(run.checkpoint) if run.checkpoint else None
+
+
+def first_state(alg, ctx: ServerContext, exchange: Exchange, run: FlowerRun, ckpt_path: Path | None,
+                log: Callable[[str], None]) -> tuple[State, int]:
+    """The state to start from and the rounds already done: the checkpoint's, or `init`'s with the
+    personal models handed to their clients."""
     resumed = load_checkpoint(ckpt_path, run) if ckpt_path else None
-    if resumed is not None:
-        state, done = resumed
-        if any(isinstance(m, ClientHeld) for m in state.models):
-            raise FedcondError("this method keeps models on the clients; a new run cannot resume them from the server's checkpoint")
-        log(f"resumed from {ckpt_path} after round {done}")
-    else:
-        state, done = hold_personal_models(alg.init(ctx), fed.num_clients, exchange), 0
-    history = []
-    for r in range(done, run.num_rounds):
-        engine.group = f"round {r + 1}"
-        state = alg.round(ctx, state, r)
-        if not np.isfinite(state.train_loss):
-            raise FedcondError(f"{run.method} diverged in round {r + 1} (training loss {state.train_loss})")
-        history.append({"round": r + 1, "train_loss": state.train_loss})
-        log(f"round {r + 1}/{run.num_rounds}: train loss {state.train_loss:.4f}")
-        if ckpt_path:
-            save_checkpoint(ckpt_path, run, state, r + 1)
-    scores = evaluate(exchange, ctx, state, alg.conditioned, run.min_replies)  # whoever answers; the rest listed
-    return {
-        "method": run.method, "experiment": run.experiment, "rounds": run.num_rounds, "resumed_after": done, **scores,
-        "train_loss": state.train_loss, "history": history, "hyperparameters": hyperparameters(alg),
-        "dropped": [list(d) for d in exchange.dropped], "seconds": time.perf_counter() - start,
-        "delta": run.dp.delta if run.dp else None,
-        "normalisation": run.normalisation if alg.conditioned else None,
-    }
+    if resumed is None:
+        return hold_personal_models(alg.init(ctx), ctx.federation.num_clients, exchange), 0
+    state, done = resumed
+    if any(isinstance(m, ClientHeld) for m in state.models):
+        raise FedcondError("this method keeps models on the clients; a new run cannot resume them from the server's checkpoint")
+    log(f"resumed from {ckpt_path} after round {done}")
+    return state, done
 
 
 def evaluate(exchange: Exchange, ctx: ServerContext, state: State, conditioned: bool, min_replies: int = 1) -> dict:

@@ -31,11 +31,9 @@ def parse(name: str) -> tuple[int, int, str]:
 def run_cells(scenario, names: list[str], protocol, seed: int, workers: int = 1) -> Iterator:
     """Yield one result per cell (accuracy NaN: nothing is trained to completion; the figures are in
     `extra`: ari with M = the true number of domains, the elbow's M and its ARI, the inertia curve)."""
-    from sklearn.metrics import adjusted_rand_score
-
     from ..algorithms import FedAvg
     from ..engine import SGDConfig, make_engine
-    from ..simulate import MethodResult, make_context
+    from ..simulate import MethodResult, ari, make_context
 
     cells = [(n, *parse(n)) for n in names]
     truth = scenario.truth.cluster
@@ -56,8 +54,8 @@ def run_cells(scenario, names: list[str], protocol, seed: int, workers: int = 1)
                 fits = fit_all(vectors, max(true_m, min(8, len(truth) - 1)), seed)
                 fixed = cluster(vectors, true_m, max_slots=8, seed=seed, fits=fits)
                 elbow = cluster(vectors, None, max_slots=8, seed=seed, fits=fits)
-                extra = {"ari": float(adjusted_rand_score(truth, fixed.domains)), "elbow": elbow.slots,
-                         "ari_elbow": float(adjusted_rand_score(truth, elbow.domains)), "true_domains": true_m,
+                extra = {"ari": ari(fixed.domains, truth), "elbow": elbow.slots,
+                         "ari_elbow": ari(elbow.domains, truth), "true_domains": true_m,
                          "inertia": list(elbow.inertia), "e0": e0, "batch": batch, "layers": layers,
                          "parameters": len(layer_names(model, layers))}
                 yield MethodResult(method=name, accuracy=float("nan"), accuracy_std=float("nan"),

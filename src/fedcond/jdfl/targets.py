@@ -123,16 +123,6 @@ class JointLabelLoss:
         return t.view(y.shape[0], M * C)
 
 
-@dataclass(frozen=True, eq=False)
-class HeadLoss:
-    """(model, x, s, y) -> loss: the engine's loss_fn for a plain classifier trained with `targets`."""
-
-    targets: JointLabelLoss
-
-    def __call__(self, model, x, s, y):
-        return self.targets(model(x, s), y, x)
-
-
 def collapse(logits: torch.Tensor, slots: int, how: str = "sum") -> torch.Tensor:
     """Class scores [B, C] from expanded logits [B, M*C]: the M slots' probabilities of each class,
     summed (default) or their max. With M = 1 the argmax equals that of the logits."""

@@ -1,8 +1,9 @@
 """JDFL as a plug-in: any single-model federated optimiser, with the expanded head and its targets.
 
 The wrapper does not subclass or edit its base. It runs discovery once (init), then hands the
-base a context whose model has M x C outputs and whose `supervision` gives each client's jobs
-their targets (`Context.job` and FedProc's classification term read it). Everything the base
+base a context whose model has M x C outputs and whose loss hook gives each client's jobs
+their targets (`Context.job` and FedProc's classification term call it) and whose `scores` collapse
+the expanded head to the C classes at prediction. Everything the base
 does (control variates, dynamic regularisers, drift, prototypes, aggregation) is unchanged.
 With M = 1 the context is the base's own, so the run is the base algorithm's, bit for bit.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..algorithms.base import Algorithm
 from ..errors import FedcondError
 from .discovery import Discovery, DiscoveryConfig, discover
 from .targets import COLLAPSES, DRAWS, SCHEMES, JointLabelLoss, collapse, default_alpha, graded_weights
@@ -62,7 +64,7 @@ class Supervision:
 
 
 @dataclass(frozen=True)
-class JDFL:
+class JDFL(Algorithm):
     base: object  # the wrapped algorithm (a frozen dataclass of the registry)
     scheme: str = "graded"  # graded | random | hard (the ablation's client-fixed joint labels)
     slots: int | None = None  # M; None: the elbow of discovery's inertia curve
@@ -122,16 +124,17 @@ class JDFL:
         c = ctx.federation.num_classes
         plain = dataclasses.replace(ctx.plain_model, num_classes=disc.slots * c)
         initial = replicated_head(ctx, disc.slots) if self.head_init == "replicate" else None
-        return dataclasses.replace(ctx, plain_model=plain, supervision=self.supervision(disc, c), initial_params=initial,
-                                   _cache=ctx._cache)
+        supervision = self.supervision(disc, c)
+        return dataclasses.replace(ctx, plain_model=plain, loss_hook=supervision.loss, scores=supervision.collapse,
+                                   initial_params=initial, _cache=ctx._cache)
 
     def evaluation_context(self, ctx, state):
         return self.context(ctx, state.extra["jdfl"])
 
     def _tag(self, state, disc: Discovery):
-        metrics = {**state.extra.get("metrics", {}), "pseudo_domains": disc.slots, "elbow": disc.elbow,
+        metrics = {**state.metrics, "pseudo_domains": disc.slots, "elbow": disc.elbow,
                    "pseudo_domain_of_client": list(disc.domains)}
-        return dataclasses.replace(state, extra={**state.extra, "jdfl": disc, "assignment": disc.domains, "metrics": metrics})
+        return dataclasses.replace(state, extra={**state.extra, "jdfl": disc}, clusters=disc.domains, metrics=metrics)
 
     def init(self, ctx):
         disc = discover(ctx, self.discovery_config())

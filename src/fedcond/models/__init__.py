@@ -1,6 +1,6 @@
 """The paper's conditioned CNNs."""
 
-from .cnn import CONDITIONINGS, ConditionedCNN, cifar_cnn, mnist_cnn, model_for
-from .spec import ModelSpec
+from .cnn import CONDITIONINGS, ConditionedCNN, cifar_cnn, mnist_cnn
+from .spec import ModelSpec, model_for
 
 __all__ = ["CONDITIONINGS", "ConditionedCNN", "ModelSpec", "cifar_cnn", "mnist_cnn", "model_for"]

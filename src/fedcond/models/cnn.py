@@ -16,22 +16,9 @@ import torch.nn.functional as F
 
 from ..errors import FedcondError
 from . import cpu_kernels
+from .layers import Normalise
 
 CONDITIONINGS = ("concat", "film")
-
-
-class _Normalise(nn.Module):
-    """uint8 images -> normalised floats; lives in the model so data can stay uint8 until the batch."""
-
-    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]):
-        super().__init__()
-        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.uint8:
-            x = x.float().div_(255.0)
-        return (x - self.mean) / self.std
 
 
 class ConditionedCNN(nn.Module):
@@ -43,7 +30,7 @@ class ConditionedCNN(nn.Module):
         if conditioning not in CONDITIONINGS:
             raise FedcondError(f"unknown conditioning '{conditioning}'; choose {' or '.join(CONDITIONINGS)}")
         self.stat_dim, self.conditioning = stat_dim, conditioning
-        self.normalise = _Normalise(mean, std)
+        self.normalise = Normalise(mean, std)
         self.blocks = blocks
         use_film = stat_dim > 0 and conditioning == "film"
         self.film = nn.ModuleList(nn.Linear(stat_dim, 2 * c) for c in block_channels) if use_film else None
@@ -165,22 +152,3 @@ def cifar_cnn(num_classes: int = 10, stat_dim: int = 0, conditioning: str = "con
         _Block(conv_bn(32, 64), nn.Sequential(nn.ReLU(inplace=True), conv_bn(64, 64), _pool_relu())),  # [B, 64, 8, 8]
     ])
     return ConditionedCNN(blocks, [32, 64], 64 * 8 * 8, 256, num_classes, stat_dim, conditioning, mean, std)
-
-
-def model_for(input_shape: tuple[int, int, int], num_classes: int, stat_dim: int = 0, conditioning: str = "concat",
-              mean=None, std=None) -> ConditionedCNN:
-    """The backbone for an input shape: 1x28x28 -> mnist_cnn, 3x32x32 -> cifar_cnn (the paper's);
-    RGB of 64 px or more (PACS, Office-Caltech at 112) -> JDFL's light CNN."""
-    kw = {} if mean is None else {"mean": tuple(mean), "std": tuple(std)}
-    c, h, w = tuple(input_shape)
-    if c == 3 and min(h, w) >= 64:
-        from .light_cnn import LightCNN
-
-        if conditioning != "concat":
-            raise FedcondError("the light CNN takes the statistics by concatenation only")
-        return LightCNN(tuple(input_shape), num_classes, stat_dim, **kw)
-    if tuple(input_shape) == (1, 28, 28):
-        return mnist_cnn(num_classes, stat_dim, conditioning, **kw)
-    if tuple(input_shape) == (3, 32, 32):
-        return cifar_cnn(num_classes, stat_dim, conditioning, **kw)
-    raise FedcondError(f"no backbone for input shape {tuple(input_shape)}; expected (1, 28, 28), (3, 32, 32) or RGB of 64 px or more")

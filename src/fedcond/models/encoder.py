@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .cnn import _Normalise
+from .layers import Normalise
 
 EMBED_DIM = 128
 STAGE_CHANNELS = (32, 64, 128)  # stem, stage 1, stage 2
@@ -61,7 +61,7 @@ class CrossEncoder(nn.Module):
         c0, c1, c2 = STAGE_CHANNELS
         self.num_classes, self.blocks_per_stage = int(num_classes), int(blocks_per_stage)
         self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
-        self.normalise = _Normalise(self.mean, self.std)
+        self.normalise = Normalise(self.mean, self.std)
         self.stem = nn.Sequential(nn.Conv2d(3, c0, 3, padding=1, bias=False), nn.BatchNorm2d(c0), nn.ReLU())
         self.stage1 = _stage(c0, c1, blocks_per_stage)
         self.stage2 = _stage(c1, c2, blocks_per_stage)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from ..errors import FedcondError
 from . import cpu_kernels
-from .cnn import _Normalise
+from .layers import Normalise
 
 GROUPS = 8
 WIDTHS = (32, 64, 128)
@@ -47,7 +47,7 @@ class LightCNN(nn.Module):
         if h % 16 or w % 16:
             raise FedcondError(f"the light CNN needs image sides divisible by 16, got {h}x{w}")
         self.stat_dim = stat_dim
-        self.normalise = _Normalise(mean, std)
+        self.normalise = Normalise(mean, std)
         self.blocks = nn.ModuleList([
             _block(c, WIDTHS[0], 5, 2),  # [B, 32, H/4, W/4]
             _block(WIDTHS[0], WIDTHS[1], 3, 1),  # [B, 64, H/8, W/8]

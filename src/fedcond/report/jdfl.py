@@ -355,7 +355,7 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
 
 def _sample_pairs(main: dict[str, list[dict]]) -> list[str]:
     """The claims' pairs sample by sample, where both rows kept which test samples they got right."""
-    from ..simulate import unpack_hits
+    from ..results import unpack_hits
 
     def kept(rows):
         return {r["seed"]: r["extra"] for r in rows or [] if "test_hits" in r["extra"] and "cluster_of_client" in r["extra"]}
