@@ -61,12 +61,13 @@ def test_scenario_describe_json(capsys):
         (["sweep", "E1/mnist/K=2/rich", "--dry-run", "--groups", "0,1,2|x"], "grouping name"),
         (["report", "--readme", "README.md", "--out", "/nonexistent/never"], "give --protocol too"),
         (["scenario", "describe", "E2b", "--rotations", "C9"], "not for --rotations 'C9'"),  # was: "not for dataset 'C9'"
+        (["sweep", "E1/mnist\n/K=2", "--dry-run"], "no experiment matches 'E1/mnist\\n/K=2'"),  # echoed input, escaped
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2
-    assert err.count("\n") == 1 and err.startswith("fedcond: error:") and needle in err
+    assert len(err.splitlines()) == 1 and err.startswith("fedcond: error:") and needle in err
 
 
 @pytest.mark.parametrize(
@@ -91,6 +92,7 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
         (["run", "--groups", " "], "--groups: expected a value"),
         (["sweep", "E1/mnist/K=2/rich", "--seeds", ""], "--seeds: expected a comma list of seeds"),
         (["sweep", "E1/mnist/K=2/rich", "--groups", ""], "--groups: expected a value"),
+        (["run", "--k", "2\n3"], "--k: expected a whole number, got '2\\n3'"),  # a newline in the input stays on the line
     ],
 )
 def test_argument_errors_are_one_line_exit_2(capsys, argv, needle):
@@ -98,7 +100,7 @@ def test_argument_errors_are_one_line_exit_2(capsys, argv, needle):
         main(argv)
     _, err = capsys.readouterr()
     assert exc.value.code == 2
-    assert err.count("\n") == 1 and "error:" in err and needle in err
+    assert len(err.splitlines()) == 1 and "error:" in err and needle in err
 
 
 def test_optimiser_flags_reach_the_protocol(capsys, tmp_path):

@@ -153,11 +153,17 @@ def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> N
     p.add_argument("--data-dir", help="dataset folder (default: $FEDCOND_DATA, else the user cache)")
 
 
+def _one_line(message: str) -> str:
+    """The message with what a terminal would break or act on (newlines, other controls) escaped:
+    errors echo the user's input, and an error is one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage dump); subcommand parsers inherit the class."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{_one_line(f'{self.prog}: error: {message}')} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -313,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             print(write_report(args.db, args.out, args.protocol, explanations, readme=args.readme))
             return 0
     except FedcondError as e:
-        print(f"fedcond: error: {e}", file=sys.stderr)
+        print(_one_line(f"fedcond: error: {e}"), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:
         print("fedcond: interrupted; finished results are in the database", file=sys.stderr)
