@@ -97,7 +97,8 @@ SWEEP_OPTIONS = {
     "--data-dir": st.sampled_from([str(EMPTY_DIR), ""]),
     "--db": _db(),
 }
-SMALL_RUN = {"--epochs": "1", "--clients-per-cluster": "2", "--methods": "Local", "--workers": "1", "--k": "2"}
+SMALL_RUN = {"--epochs": "1", "--clients-per-cluster": "2", "--methods": "Local", "--workers": "1", "--k": "2",
+             "--db": str(TMP / "r.sqlite")}
 
 
 def _options(table: dict, defaults: dict | None = None):
@@ -145,6 +146,7 @@ SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_
 def _in_tmp(monkeypatch):
     monkeypatch.chdir(TMP)  # a junk --db or --out is written here, never into the checkout
     monkeypatch.setenv("FEDCOND_DATA", str(EMPTY_DIR))
+    monkeypatch.setenv("XDG_DATA_HOME", str(TMP))  # and the default database is never the user's
 
 
 @settings(max_examples=RUN_EXAMPLES, **SETTINGS)

@@ -422,6 +422,7 @@ def test_kill_9_of_the_sweep_takes_its_pool_workers_with_it(tmp_path):
            "FedAvg,Local", "--workers", "2", "--no-progress", "--db", str(tmp_path / "k.sqlite"), "--data-dir", str(SHARED)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     spawned: set[int] = set()
+    children: set[int] = set()
     try:
         deadline = time.time() + 120
         while time.time() < deadline and proc.poll() is None:  # the manager and both workers, started from spawn
@@ -438,7 +439,7 @@ def test_kill_9_of_the_sweep_takes_its_pool_workers_with_it(tmp_path):
             time.sleep(0.2)
         assert not [p for p in children if _alive(p)]
     finally:
-        for p in _descendants(proc.pid) | spawned:  # a failing run leaves nothing behind
+        for p in _descendants(proc.pid) | spawned | children:  # a failing run leaves nothing behind
             try:
                 os.kill(p, signal.SIGKILL)
             except OSError:
