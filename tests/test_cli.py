@@ -60,12 +60,14 @@ def test_scenario_describe_json(capsys):
         (["scenario", "describe", "E3b", "--groups", "blocks"], "E1 and E2a only"),
         (["sweep", "E1/mnist/K=2/rich", "--dry-run", "--groups", "0,1,2|x"], "grouping name"),
         (["report", "--readme", "README.md", "--out", "/nonexistent/never"], "give --protocol too"),
+        (["scenario", "describe", "E2b", "--rotations", "C9"], "not for --rotations 'C9'"),  # was: "not for dataset 'C9'"
+        (["sweep", "E1/mnist\n/K=2", "--dry-run"], "no experiment matches 'E1/mnist\\n/K=2'"),  # echoed input, escaped
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2
-    assert err.count("\n") == 1 and err.startswith("fedcond: error:") and needle in err
+    assert len(err.splitlines()) == 1 and err.startswith("fedcond: error:") and needle in err
 
 
 @pytest.mark.parametrize(
@@ -76,6 +78,21 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
         (["run", "--lr", "abc"], "--lr: expected a number, got 'abc'"),
         (["run", "--k", "x"], "--k: expected a whole number"),
         (["nosuchcommand"], "invalid choice"),
+        # bounded at parse time: each was a traceback, a result lost at save, or a run that never ends
+        (["run", "--seed", "-1"], "--seed: expected a whole number in [0, 4294967295], got -1"),
+        (["run", "--seed", "999999999999999999999999"], "--seed: expected a whole number in [0, 4294967295]"),
+        (["run", "--epochs", "99999999999999999999"], "--epochs: expected a whole number in [1, 10000]"),
+        (["run", "--eval-every", "-1"], "--eval-every: expected a whole number in [0, 10000]"),
+        (["sweep", "E1/mnist/K=2/rich", "--seeds", "0,-1"], "--seeds: expected a whole number in [0, 4294967295], got -1"),
+        (["flower", "simulate", "--experiment", "E1/mnist/K=2/rich", "--method", "FedAvg", "--rounds", "0"],
+         "--rounds: expected a whole number in [1, 10000]"),
+        # empty text: each was silently the default, or (--seeds) a sweep of nothing
+        (["run", "--db", ""], "--db: expected a value, got an empty one"),
+        (["run", "--experiment", ""], "--experiment: expected a value"),
+        (["run", "--groups", " "], "--groups: expected a value"),
+        (["sweep", "E1/mnist/K=2/rich", "--seeds", ""], "--seeds: expected a comma list of seeds"),
+        (["sweep", "E1/mnist/K=2/rich", "--groups", ""], "--groups: expected a value"),
+        (["run", "--k", "2\n3"], "--k: expected a whole number, got '2\\n3'"),  # a newline in the input stays on the line
     ],
 )
 def test_argument_errors_are_one_line_exit_2(capsys, argv, needle):
@@ -83,7 +100,7 @@ def test_argument_errors_are_one_line_exit_2(capsys, argv, needle):
         main(argv)
     _, err = capsys.readouterr()
     assert exc.value.code == 2
-    assert err.count("\n") == 1 and "error:" in err and needle in err
+    assert len(err.splitlines()) == 1 and "error:" in err and needle in err
 
 
 def test_optimiser_flags_reach_the_protocol(capsys, tmp_path):
@@ -319,3 +336,57 @@ def test_run_under_an_experiment_name_records_its_options_in_the_cell_name(capsy
     exp = EXPERIMENTS["E1/fmnist/K=2/rich"]
     assert variant_name("paper", cell_changes(exp, {"epochs": 1, "groups": "semantic"})) == "paper[epochs=1]"
     assert variant_name("paper", cell_changes(exp, {"groups": "0,1,2,3,4|5,6,7,8,9"})) == "paper[groups=0,1,2,3,4|5,6,7,8,9]"
+
+
+def test_run_records_a_failed_method_runs_the_rest_and_exits_non_zero(capsys, tmp_path):
+    """As a sweep does: a method that diverges is a failed row, the next method still runs, and the
+    exit status and one last line say so (it stopped at the first and recorded nothing)."""
+    db = tmp_path / "r.sqlite"
+    code, out, err = run_cli(capsys, "run", "--methods", "FedAvg,Local", "--lr", "1e12", "--epochs", "1", "--k", "2",
+                             "--clients-per-cluster", "2", "--workers", "1", "--no-progress", "--db", str(db))
+    assert code == 1, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("fedcond: 2 of 2 methods failed") and "FedAvg: " in last and "Local: " in last
+    rows = sqlite3.connect(db).execute("SELECT method, status, error, accuracy FROM runs ORDER BY method").fetchall()
+    assert [(m, st, acc) for m, st, _, acc in rows] == [("FedAvg", "failed", None), ("Local", "failed", None)]
+    assert all("diverged" in e for _, _, e, _ in rows)
+    assert "FedAvg" in out and "FAILED" in out
+
+
+def test_run_json_carries_every_field_of_the_row(capsys, tmp_path):
+    """--json gives what the database row holds: configuration, ARI, the --eval-every curve, the
+    unseen accuracy, versions, revision; it gave accuracy and little else."""
+    db = tmp_path / "r.sqlite"
+    code, out, err = run_cli(capsys, "run", "--methods", "IFCA,Conditional", "--epochs", "2", "--eval-every", "1",
+                             "--holdout-clients", "1", "--k", "2", "--clients-per-cluster", "3", "--seed", "3",
+                             "--workers", "1", "--json", "--no-progress", "--db", str(db))
+    assert code == 0, err
+    res = {r["method"]: r for r in json.loads(out)["results"]}
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    for row in con.execute("SELECT * FROM runs"):
+        printed = res[row["method"]]
+        for column in row.keys():
+            value = row[column]
+            if column in ("scenario", "protocol", "hyperparameters", "per_client", "extra", "versions"):
+                value = json.loads(value)
+            assert printed[column] == value, column
+    assert 0 <= res["IFCA"]["extra"]["ari"] <= 1
+    assert [point[0] for point in res["Conditional"]["extra"]["curve"]] == [1, 2]
+    assert 0 <= res["Conditional"]["unseen_accuracy"] <= 1 and res["Conditional"]["extra"]["unseen_accuracy"] >= 0
+    assert res["Conditional"]["seed"] == 3 and res["Conditional"]["protocol"]["holdout_clients"] == 1
+    assert res["Conditional"]["scenario"]["k"] == 2 and res["Conditional"]["versions"]["torch"]
+
+
+def test_sweep_that_could_not_run_a_cell_exits_non_zero_and_names_it(capsys, tmp_path):
+    """A damaged dataset: the sweep said `"unavailable": 1` and exited 0."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "mnist.npz.xz").write_bytes(b"not an archive")
+    code, out, err = run_cli(capsys, "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "Local,FedAvg",
+                             "--no-progress", "--db", str(tmp_path / "r.sqlite"), "--data-dir", str(data))
+    assert code == 1, err
+    assert json.loads(out)["unavailable"] == 2 and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("fedcond: 2 cell(s) could not run") and "E1/mnist/K=2/rich Local,FedAvg seed 0 [smoke]" in last

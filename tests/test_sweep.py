@@ -344,3 +344,155 @@ def test_a_recorded_cells_leftover_checkpoint_is_removed_and_zero_means_off(tmp_
     assert left.path.exists()
     again = run_sweep(cells, str(db), str(SHARED), workers=1, progress=False, log=lambda s: None)
     assert again["skipped"] == 1 and not left.path.exists()
+
+
+def _record_elsewhere(db, cell):
+    """Another sweep on the same database records `cell` (a failed row stands in for its result)."""
+    con = results.connect(db)
+    try:
+        exp = cell.experiment
+        results.save_run(con, family=exp.family, dataset=exp.dataset, scenario={}, method=cell.method, seed=cell.seed,
+                         protocol={}, result=None, experiment=exp.name, protocol_name=cell.protocol_name,
+                         status="failed", error="recorded by the other sweep")
+    finally:
+        con.close()
+
+
+def test_cells_another_sweep_records_meanwhile_are_skipped_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    """Two sweeps on one database over overlapping cells: the second died on the UNIQUE constraint
+    and never ran its other cells."""
+    shared_file("mnist.npz.xz")
+    from fedcond import sweep
+
+    db = tmp_path / "shared.sqlite"
+    cells = plan(select("E1/mnist/K=2/rich,E1/mnist/K=3/rich"), "Local,FedAvg", [0], "smoke")
+    k2_local, k2_fedavg, k3_local, k3_fedavg = cells
+    real = sweep.run_methods
+
+    def other_sweep_meanwhile(spec, methods, *args, **kwargs):
+        if spec.k == 2:  # while this sweep trains K=2, the other records K=2 FedAvg (then a clash at save) and K=3 Local
+            _record_elsewhere(db, k2_fedavg)
+            _record_elsewhere(db, k3_local)
+        yield from real(spec, methods, *args, **kwargs)
+
+    monkeypatch.setattr(sweep, "run_methods", other_sweep_meanwhile)
+    counts = run_sweep(cells, str(db), str(SHARED), workers=1, progress=False, log=lambda s: None)
+    assert counts == {"planned": 4, "skipped": 2, "ran": 2, "failed": 0}
+    err = capsys.readouterr().err
+    assert "E1/mnist/K=3/rich Local seed 0 [smoke]: recorded meanwhile by another process; skipped" in err
+    assert "E1/mnist/K=2/rich FedAvg seed 0 [smoke]: recorded meanwhile by another process; skipped" in err
+    by_cell = {r[:4]: r[4] for r in _rows(db)}
+    assert by_cell == {k2_local.key: "ok", k3_fedavg.key: "ok", k2_fedavg.key: "failed", k3_local.key: "failed"}
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid` (Linux /proc)."""
+    children: dict[int, set[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, set()).add(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper has stopped computing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill_9_of_the_sweep_takes_its_pool_workers_with_it(tmp_path):
+    """SIGKILL of the parent alone left its pool workers, their manager and the resource tracker
+    computing (then waiting) for nobody."""
+    shared_file("mnist.npz.xz")
+    cmd = [sys.executable, "-m", "fedcond.cli", "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods",
+           "FedAvg,Local", "--workers", "2", "--no-progress", "--db", str(tmp_path / "k.sqlite"), "--data-dir", str(SHARED)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    spawned: set[int] = set()
+    children: set[int] = set()
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:  # the manager and both workers, started from spawn
+            spawned = {p for p in _descendants(proc.pid) if "spawn_main" in open(f"/proc/{p}/cmdline").read()}
+            if len(spawned) >= 3:
+                break
+            time.sleep(0.1)
+        assert len(spawned) >= 3, "the sweep should have started a manager and two workers"
+        children = _descendants(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.time() + 30  # the kernel's signal is immediate; the watchdog looks every second
+        while time.time() < deadline and any(_alive(p) for p in children):
+            time.sleep(0.2)
+        assert not [p for p in children if _alive(p)]
+    finally:
+        for p in _descendants(proc.pid) | spawned | children:  # a failing run leaves nothing behind
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.kill()
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("address", ["ray://127.0.0.1:PORT", "auto"])
+def test_an_unreachable_ray_cluster_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, address):
+    """ray:// was a traceback after 35 s; auto (here through RAY_ADDRESS) waited minutes for a dead cluster."""
+    pytest.importorskip("ray")
+    from fedcond.cli import main
+
+    port = _closed_port()
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    code = main(["sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "Local", "--no-progress",
+                 "--db", str(tmp_path / "r.sqlite"), "--ray", address.replace("PORT", str(port))])
+    err = capsys.readouterr().err
+    assert code == 2
+    (line,) = [ln for ln in err.splitlines() if not ln.startswith("sweep: ")]  # after the sweep's opening line
+    assert line.startswith("fedcond: error: --ray") and re.search(f"no Ray cluster answers at [^ ]+:{port}\\b", line)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.ray
+def test_ray_local_starts_its_own_instance_whatever_a_stale_address_file_says(tmp_path):
+    """After a `ray start` whose cluster is gone, --ray local spent 9 min trying to reach it."""
+    pytest.importorskip("ray")
+    shared_file("mnist.npz.xz")
+    import tempfile
+
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths live under it
+    try:
+        os.makedirs(os.path.join(ray_tmp, "ray"))
+        with open(os.path.join(ray_tmp, "ray", "ray_current_cluster"), "w") as f:  # what `ray start` leaves
+            f.write(f"127.0.0.1:{_closed_port()}")
+        env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+        env.pop("RAY_ADDRESS", None)
+        db = tmp_path / "r.sqlite"
+        out = subprocess.run([sys.executable, "-m", "fedcond.cli", "sweep", "E1/mnist/K=2/rich", "--protocol", "smoke",
+                              "--methods", "Local", "--ray", "local", "--no-progress", "--db", str(db),
+                              "--data-dir", str(SHARED)], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["ran"] == 1 and len(_rows(db)) == 1
+    finally:
+        import shutil
+
+        shutil.rmtree(ray_tmp, ignore_errors=True)

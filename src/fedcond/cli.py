@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 
 from .experiments import PROTOCOLS
-from .errors import FedcondError
+from .errors import EXIT_INCOMPLETE, FedcondError
 
 EXIT_USAGE = 2
 
@@ -23,6 +23,72 @@ def _positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a number >= 1, got {v}")
     return v
+
+
+# The range of every integer option, by its dest: checked at parse time, so that a value no run can
+# use is one line and exit 2 before anything trains, not a traceback at save (a seed SQLite cannot
+# store) or a run that never ends. Seeds: sklearn's random_state (k-means, randomised SVD) takes
+# 32-bit seeds. Maxima: 500x the paper's 20 epochs / JDFL's 100 rounds, and federations far larger
+# than any scenario builds (the builders refuse what their data cannot fill).
+SEED_MAX = 2**32 - 1
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "seed": (0, SEED_MAX),
+    "epochs": (1, 10_000),
+    "local_epochs": (1, 10_000),
+    "rounds": (1, 10_000),
+    "eval_every": (0, 10_000),
+    "k": (1, 1_000),
+    "clients_per_cluster": (1, 100_000),
+    "clients": (1, 100_000),
+    "holdout_clients": (0, 100_000),
+    "min_replies": (1, 100_000),
+    "workers": (1, 1_024),
+}
+
+
+def _int_in(low: int, high: int):
+    """An argparse type: a whole number in [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+        if not low <= v <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number in [{low}, {high}], got {v}")
+        return v
+    return parse
+
+
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a value, got an empty one")
+    return text
+
+
+def _seed_list(text: str) -> list[int]:
+    """sweep --seeds: a comma list of seeds, each in range; at least one."""
+    items = [s.strip() for s in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected a comma list of seeds such as 0,1,2, got '{text}'")
+    return [_int_in(*INT_BOUNDS["seed"])(s) for s in items]
+
+
+def _validate_options(parser: argparse.ArgumentParser) -> None:
+    """Give every option of every subcommand its check: integers their INT_BOUNDS (an integer option
+    without one is a bug, caught by the tests), text a non-empty value (an empty --db or --groups
+    was silently the default)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                _validate_options(sub)
+        elif action.dest == "seeds":
+            action.type = _seed_list
+        elif action.type in (int, _positive_int):
+            if action.dest not in INT_BOUNDS:
+                raise AssertionError(f"integer option {action.option_strings or action.dest} has no range in INT_BOUNDS")
+            action.type = _int_in(*INT_BOUNDS[action.dest])
+        elif action.type is None and action.nargs != 0 and action.choices is None:
+            action.type = _nonempty
 
 
 def _seconds_or_off(text: str) -> float | None:
@@ -104,11 +170,17 @@ def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> N
     p.add_argument("--data-dir", help="dataset folder (default: $FEDCOND_DATA, else the user cache)")
 
 
+def _one_line(message: str) -> str:
+    """The message with what a terminal would break or act on (newlines, other controls) escaped:
+    errors echo the user's input, and an error is one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage dump); subcommand parsers inherit the class."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{_one_line(f'{self.prog}: error: {message}')} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -203,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .commands.flower import add_parser as add_flower_parser
 
     add_flower_parser(sub, _positive_int)
+    _validate_options(parser)
     return parser
 
 
@@ -263,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             print(write_report(args.db, args.out, args.protocol, explanations, readme=args.readme))
             return 0
     except FedcondError as e:
-        print(f"fedcond: error: {e}", file=sys.stderr)
+        print(_one_line(f"fedcond: error: {e}"), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:
         print("fedcond: interrupted; finished results are in the database", file=sys.stderr)
@@ -362,10 +435,7 @@ def _sweep(args) -> int:
     from .experiments import protocol as protocol_of
     from .sweep import plan, run_sweep
 
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise FedcondError(f"--seeds takes a comma list of whole numbers, got '{args.seeds}'") from None
+    seeds = args.seeds  # a list (_seed_list)
     changes = {k: getattr(args, k) for k in PROTOCOL_OPTIONS + SCENARIO_OPTIONS if getattr(args, k) is not None}
     experiments = select(args.pattern)
     for preset in {args.protocol} if args.protocol else {e.preset for e in experiments}:
@@ -382,6 +452,10 @@ def _sweep(args) -> int:
     counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray,
                        checkpoint_every=args.checkpoint_every)
     print(json.dumps(counts))
+    if counts.get("unavailable"):  # asked for, not run: the caller must not take the sweep for complete
+        print(f"fedcond: {counts['unavailable']} cell(s) could not run (reasons above; a rerun retries them): "
+              + "; ".join(counts["not_run"]), file=sys.stderr)
+        return EXIT_INCOMPLETE
     return 0
 
 

@@ -11,3 +11,8 @@ class DatasetMissing(FedcondError):
 
 class ChecksumMismatch(FedcondError):
     """A file's sha256 differs from the expected one; the file is never used."""
+
+
+# A command that ran but could not do all it was asked (a method failed, a sweep's cells could not
+# start): each is recorded or named, and the exit status says so. Bad input stays exit 2 (cli.py).
+EXIT_INCOMPLETE = 1

@@ -9,11 +9,14 @@ The only module that imports `ray` (an optional extra: pip install 'fedcond[ray]
 from __future__ import annotations
 
 import os
+import socket
 from typing import Iterator
 
 from .errors import FedcondError
 
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
+PROBE_SECONDS = 5.0  # how long joining waits for a cluster's port to answer before saying it cannot be reached
+CLIENT_PORT = 10001  # Ray Client's default (ray://host without a port)
 
 
 def workers_at_our_priority() -> None:
@@ -47,7 +50,9 @@ def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[
     """tasks: (spec, method, protocol, seed) each; yields (task index, MethodResult | Failure, the versions
     where it ran: results.versions() on its node) as they finish.
 
-    address: "local" starts a Ray instance on this machine; "auto" or "ray://host:port" joins a cluster.
+    address: "local" starts a private Ray instance on this machine, whatever cluster RAY_ADDRESS or
+    a previous `ray start` names; "auto" (that cluster), "host:port" or "ray://host:port" joins one.
+    A cluster that does not answer is a FedcondError within PROBE_SECONDS (_check_reachable).
     """
     try:
         import ray
@@ -55,8 +60,13 @@ def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[
         raise FedcondError("--ray needs Ray: pip install 'fedcond[ray]'") from None
     started = False
     if not ray.is_initialized():
+        if address != "local":
+            _check_reachable(address)
         workers_at_our_priority()
-        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
+        try:  # "local", not None: None joins whatever cluster RAY_ADDRESS or Ray's address file names
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, TimeoutError) as e:  # answered the probe, but is not a Ray cluster we can join
+            raise FedcondError(f"--ray {address}: cannot join the Ray cluster: {_first_line(e)}") from None
         started = True
     try:
         from .engine import denormals
@@ -72,3 +82,37 @@ def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[
     finally:
         if started:
             ray.shutdown()
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _check_reachable(address: str) -> None:
+    """Raise FedcondError (one line) unless something listens where `address` leads, within
+    PROBE_SECONDS: Ray itself retries a dead address for 35 s (ray://) to minutes (a stale address
+    file), then raises a traceback."""
+    target = (os.environ.get("RAY_ADDRESS") or address) if address == "auto" else address
+    if "://" in target:  # Ray Client
+        hostport = target.split("://", 1)[1].rstrip("/")
+        if ":" not in hostport:
+            hostport = f"{hostport}:{CLIENT_PORT}"
+    else:
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+        except ImportError:  # moved in another Ray version: ray.init's own errors still become one line
+            return
+        try:  # "auto": RAY_ADDRESS, else the address a `ray start` left in Ray's temp folder, else a running GCS
+            hostport = canonicalize_bootstrap_address(target)
+        except (ConnectionError, ValueError) as e:
+            raise FedcondError(f"--ray {address}: {_first_line(e)}") from None
+        if hostport is None:
+            raise FedcondError(f"--ray {address}: no running Ray cluster found")
+    host, _, port = hostport.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
+    except (OSError, ValueError) as e:
+        via = " (from RAY_ADDRESS or the address file a `ray start` left)" if address == "auto" else ""
+        raise FedcondError(f"--ray {address}: no Ray cluster answers at {hostport}{via}: "
+                           f"{getattr(e, 'strerror', None) or _first_line(e)}; start one (ray start --head) "
+                           "or use --ray local") from None

@@ -121,29 +121,39 @@ def versions() -> dict:
     # wall times differ by CPU, even between machines of one kind, and by the ISA torch was allowed
 
 
-def save_run(con: sqlite3.Connection, *, family, dataset, scenario: dict, method, seed, protocol: dict, result,
-             experiment: str | None = None, protocol_name: str | None = None, device: str = "cpu",
-             status: str = "ok", error: str | None = None, ran_with: dict | None = None) -> int:
-    """Insert one finished (or failed: result None, status 'failed', error) run in its own transaction.
-    ran_with: versions() where the run computed, if not in this process (a Ray node)."""
+def run_row(*, family, dataset, scenario: dict, method, seed, protocol: dict, result, experiment: str | None = None,
+            protocol_name: str | None = None, device: str = "cpu", status: str = "ok", error: str | None = None,
+            ran_with: dict | None = None) -> dict:
+    """One finished (or failed: result None, status 'failed', error) run as a row of the runs table:
+    column -> value, the JSON columns as Python values. ran_with: versions() where the run computed,
+    if not in this process (a Ray node)."""
     r = result
+    return {
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "experiment": experiment, "protocol_name": protocol_name,
+        "status": status, "error": error, "family": family, "dataset": dataset, "scenario": scenario, "method": method,
+        "seed": seed, "protocol": protocol, "hyperparameters": r.hyperparameters if r else {},
+        "accuracy": r.accuracy if r else None, "accuracy_std": r.accuracy_std if r else None,
+        "weighted_accuracy": r.weighted_accuracy if r else None, "per_client": r.per_client if r else None,
+        "extra": r.extra if r else {}, "rounds": r.rounds if r else None, "seconds": r.seconds if r else None,
+        "device": device, "versions": ran_with or versions(), "git_rev": git_revision(),
+    }
+
+
+_JSON_COLUMNS = ("scenario", "protocol", "hyperparameters", "per_client", "extra", "versions")
+
+
+def save_row(con: sqlite3.Connection, row: dict) -> int:
+    """Insert one run_row in its own transaction; returns its id."""
+    values = {k: (None if v is None else json.dumps(v, sort_keys=True)) if k in _JSON_COLUMNS else v for k, v in row.items()}
     with con:
-        cur = con.execute(
-            "INSERT INTO runs (created_at, experiment, protocol_name, status, error, family, dataset, scenario, method, seed,"
-            " protocol, hyperparameters, accuracy, accuracy_std, weighted_accuracy, per_client, extra, rounds, seconds, device,"
-            " versions, git_rev) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                time.strftime("%Y-%m-%dT%H:%M:%S%z"), experiment, protocol_name, status, error, family, dataset,
-                json.dumps(scenario, sort_keys=True),
-                method, seed, json.dumps(protocol, sort_keys=True),
-                json.dumps(r.hyperparameters if r else {}, sort_keys=True),
-                r.accuracy if r else None, r.accuracy_std if r else None, r.weighted_accuracy if r else None,
-                json.dumps(r.per_client) if r else None, json.dumps(r.extra if r else {}, sort_keys=True),
-                r.rounds if r else None, r.seconds if r else None, device,
-                json.dumps(ran_with or versions(), sort_keys=True), git_revision(),
-            ),
-        )
+        cur = con.execute(f"INSERT INTO runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                          tuple(values.values()))
     return int(cur.lastrowid)
+
+
+def save_run(con: sqlite3.Connection, **fields) -> int:
+    """Insert one finished (or failed) run in its own transaction (run_row's fields); returns its id."""
+    return save_row(con, run_row(**fields))
 
 
 def finished_cells(con: sqlite3.Connection) -> set[tuple[str, str, int, str]]:

@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import queue
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.managers import SyncManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -24,6 +25,7 @@ from .checkpoint import EVERY_SECONDS, Checkpoint
 from .errors import FedcondError
 from .engine import SGDConfig, make_engine
 from .engine.pool import terminate_pool
+from .orphans import die_with_parent
 from .protocol import Protocol
 from .scenarios import Scenario, ScenarioSpec
 from .simulate import MethodResult, run_method
@@ -37,6 +39,10 @@ class Failure:
     reason: str
 
 
+class ScenarioUnavailable(FedcondError):
+    """A worker could not build the scenario (data missing or damaged): nothing ran, unlike a Failure."""
+
+
 def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
@@ -48,14 +54,20 @@ _worker: dict = {}
 def _init_worker(spec: ScenarioSpec, progress_queue) -> None:
     import signal
 
+    die_with_parent()  # a sweep killed with SIGKILL takes its workers with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
     torch.set_num_threads(1)
-    _worker["scenario"] = spec.build()
+    try:
+        _worker["scenario"] = spec.build()
+    except FedcondError as e:  # an initializer's exception breaks the pool (a traceback): say it with each job instead
+        _worker["unavailable"] = str(e)
     _worker["spec"] = spec
     _worker["queue"] = progress_queue
 
 
 def _run_in_worker(method: str, protocol: Protocol, seed: int, checkpoint: Checkpoint | None) -> MethodResult:
+    if "unavailable" in _worker:
+        raise ScenarioUnavailable(_worker["unavailable"])
     q = _worker["queue"]
     spec = _worker["spec"]
     return run_method(_worker["scenario"], method, protocol, seed, on_round=lambda r, s: q.put((method, r)), data_dir=spec.data_dir,
@@ -135,7 +147,8 @@ def _run_in_pool(spec, methods, protocol, seed, workers, on_round, failures, che
                  checkpoint_every) -> Iterator[MethodResult | Failure]:
     """Methods side by side, one per worker process; results in completion order."""
     ctx = mp.get_context("spawn")
-    manager = ctx.Manager()
+    manager = SyncManager(ctx=ctx)  # ctx.Manager(), with its server process dying with us too
+    manager.start(die_with_parent)
     progress = manager.Queue()
     pool = ProcessPoolExecutor(min(workers, len(methods)), mp_context=ctx, initializer=_init_worker, initargs=(spec, progress))
     with pool:
@@ -151,6 +164,8 @@ def _run_in_pool(spec, methods, protocol, seed, workers, on_round, failures, che
                     _drain(progress, on_round)
                     try:
                         res = f.result()
+                    except ScenarioUnavailable:
+                        raise  # as the one-process path raises from spec.build(): the caller's "not run"
                     except FedcondError as e:
                         if failures != "return":
                             raise

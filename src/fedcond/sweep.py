@@ -3,12 +3,15 @@
 Each finished cell is one row, committed in its own transaction the moment it finishes, and a
 unique index on the cell makes a duplicate impossible: killing the sweep at any moment (SIGKILL
 included) loses at most the cells in flight, and rerunning skips every recorded cell. A run that
-diverges is recorded as failed with its reason, and the sweep goes on.
+diverges is recorded as failed with its reason, and the sweep goes on. Several sweeps may share one
+database (more machines or cores): a cell another sweep recorded meanwhile is skipped, before it
+starts where possible, else when its row would be the second.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import sys
 import time
 from dataclasses import dataclass
@@ -69,18 +72,48 @@ def plan(experiments: list[Experiment], methods: str | None, seeds: list[int], p
     return cells
 
 
+RECORDED_ELSEWHERE = "recorded meanwhile by another process; skipped"
+
+
 def _record(con, cell: Cell, spec, proto, res, counts: dict, ran_with: dict | None = None) -> str:
     """Write one finished cell (its own transaction) and say how it went; ran_with: the versions where
-    it computed, if elsewhere (results.save_run)."""
+    it computed, if elsewhere (results.save_run). A cell another sweep on the database recorded while
+    this one computed it keeps that row (the unique index refuses the second) and counts as skipped."""
     exp = cell.experiment
     error = res.reason if isinstance(res, Failure) else None
-    results.save_run(
-        con, family=exp.family, dataset=exp.dataset, scenario=spec.describe(), method=res.method, seed=cell.seed,
-        protocol=dataclasses.asdict(proto), result=None if error else res, experiment=exp.name,
-        protocol_name=cell.protocol_name, status="failed" if error else "ok", error=error, ran_with=ran_with,
-    )
+    try:
+        results.save_run(
+            con, family=exp.family, dataset=exp.dataset, scenario=spec.describe(), method=res.method, seed=cell.seed,
+            protocol=dataclasses.asdict(proto), result=None if error else res, experiment=exp.name,
+            protocol_name=cell.protocol_name, status="failed" if error else "ok", error=error, ran_with=ran_with,
+        )
+    except sqlite3.IntegrityError:
+        if cell.key not in results.finished_cells(con):
+            raise  # not the cell's unique index: a real bug
+        counts["skipped"] += 1
+        return RECORDED_ELSEWHERE
     counts["failed" if error else "ran"] += 1
     return f"FAILED: {error}" if error else f"accuracy {res.accuracy:.4f}"
+
+
+def _not_run(counts: dict, group: list[Cell]) -> None:
+    """Count cells that could not start (data missing or damaged): not recorded, so a rerun retries
+    them; `not_run` names them for the caller's summary."""
+    c = group[0]
+    counts["unavailable"] = counts.get("unavailable", 0) + len(group)
+    counts.setdefault("not_run", []).append(
+        f"{c.experiment.name} {','.join(g.method for g in group)} seed {c.seed} [{c.protocol_name}]")
+
+
+def _drop_recorded_meanwhile(con, group: list[Cell], counts: dict, log) -> list[Cell]:
+    """The cells of `group` still to run: another sweep on the database may have recorded some since
+    this one planned."""
+    done = results.finished_cells(con)
+    for c in group:
+        if c.key in done:
+            counts["skipped"] += 1
+            log(f"  {c.experiment.name} {c.method} seed {c.seed} [{c.protocol_name}]: {RECORDED_ELSEWHERE}")
+    return [c for c in group if c.key not in done]
 
 
 def checkpoint_dir(db: str | None) -> Path:
@@ -104,7 +137,8 @@ class _Options:
 def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, workers: int | None = None,
               progress: bool = True, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
               ray_address: str | None = None, checkpoint_every: float | None = EVERY_SECONDS) -> dict:
-    """Run every cell not in `db`; returns counts {planned, skipped, ran, failed}.
+    """Run every cell not in `db`; returns counts {planned, skipped, ran, failed}, and {unavailable,
+    not_run} where cells could not start (their names in not_run).
 
     ray_address: spread cells over a Ray cluster ("local", "auto" or an address) instead of local processes.
     checkpoint_every: seconds between a run's checkpoints (fedcond.checkpoint; None: none), so a
@@ -149,6 +183,9 @@ def _run_training(con, todo: list[Cell], opts: _Options, counts: dict, log) -> N
     bar = tqdm(total=total, unit="round", desc="sweep", disable=not opts.progress, file=sys.stderr)
     try:
         for (name, seed, pname), group in _groups(todo).items():
+            group = _drop_recorded_meanwhile(con, group, counts, lambda s: bar.write(s, file=sys.stderr))
+            if not group:
+                continue
             spec, proto = group[0].setup(data_dir)
             methods = [c.method for c in group]
             start = time.perf_counter()
@@ -161,7 +198,7 @@ def _run_training(con, todo: list[Cell], opts: _Options, counts: dict, log) -> N
                     acc = _record(con, by_method[res.method], spec, proto, res, counts)
                     bar.write(f"  {name} {res.method} seed {seed} [{pname}]: {acc} (at {time.perf_counter() - start:.0f} s)", file=sys.stderr)
             except FedcondError as e:  # the scenario cannot be built (e.g. data missing): not recorded, so a rerun retries
-                counts["unavailable"] = counts.get("unavailable", 0) + len(group)
+                _not_run(counts, group)
                 bar.write(f"  {name} seed {seed} [{pname}]: not run: {e}", file=sys.stderr)
     finally:
         bar.close()
@@ -209,7 +246,7 @@ def _run_discovery(con, cells: list[Cell], opts: _Options, counts: dict, log) ->
                 log(f"  {name} {res.method} seed {seed} [{pname}]: ARI {res.extra['ari']:.3f} (M={res.extra['true_domains']}), "
                     f"elbow M={res.extra['elbow']}")
         except FedcondError as e:
-            counts["unavailable"] = counts.get("unavailable", 0) + len(group)
+            _not_run(counts, group)
             log(f"  {name} seed {seed} [{pname}]: not run: {e}")
 
 
@@ -234,17 +271,25 @@ def _run_study(con, cells: list[Cell], opts: _Options, counts: dict, log, device
     from .study import record
 
     for (name, seed, pname), group in _groups(cells).items():
+        group = _drop_recorded_meanwhile(con, group, counts, log)
+        if not group:
+            continue
         exp = STUDY[name]
         todo = tuple(c.method for c in group)
         start = time.perf_counter()
         try:
             res = exp(seed=seed, protocol=pname, methods=todo, data_dir=opts.data_dir, device=device)
         except FedcondError as e:  # e.g. EMNIST missing, or a protocol the study has no preset for
-            counts["unavailable"] = counts.get("unavailable", 0) + len(group)
+            _not_run(counts, group)
             log(f"  {name} seed {seed} [{pname}]: not run: {e}")
             continue
         res = {m: r for m, r in res.items() if m in todo}  # e.g. 'bayes' is a reference, not a cell
-        record(con, exp, res, seed, pname, device)
+        kept = {c.method for c in _drop_recorded_meanwhile(con, group, counts, log)}
+        res = {m: r for m, r in res.items() if m in kept}
+        try:
+            record(con, exp, res, seed, pname, device)
+        except sqlite3.IntegrityError:  # another sweep recorded one in the instant between the check and here
+            log(f"  {name} seed {seed} [{pname}]: some cells {RECORDED_ELSEWHERE}")
         counts["ran"] += len(res)
         log(f"  {name} seed {seed} [{pname}]: " + ", ".join(f"{m} {r.accuracy:.4f}" for m, r in res.items())
             + f" ({time.perf_counter() - start:.0f} s)")

@@ -10,9 +10,9 @@ import sys
 from tqdm import tqdm
 
 from .. import results
-from ..errors import FedcondError
+from ..errors import EXIT_INCOMPLETE, FedcondError
 from ..algorithms import resolve_methods
-from ..run import default_workers, rounds_of, run_methods
+from ..run import Failure, default_workers, rounds_of, run_methods
 from ..scenarios import ScenarioSpec
 
 
@@ -70,42 +70,62 @@ def run_command(args) -> int:
     if not args.json:
         print(f"{fed.family} on {fed.dataset}: {fed.num_clients} clients, {scenario.truth.num_clusters} clusters; "
               f"{protocol.epochs} epochs; methods {', '.join(methods)}", file=sys.stderr)
-    out = []
+    out, failed = [], []
     workers = args.workers or default_workers()
     try:
         for res in run_methods(spec, methods, protocol, args.seed, workers, on_round=lambda m, r: bar.update(1),
-                               device=args.device, scenario=scenario):
+                               device=args.device, scenario=scenario, failures="return"):
+            error = res.reason if isinstance(res, Failure) else None  # e.g. diverged: recorded, and the others go on
+            row = results.run_row(
+                family=fed.family, dataset=fed.dataset, scenario=spec.describe(), method=res.method, seed=args.seed,
+                protocol=dataclasses.asdict(protocol), result=None if error else res, device=args.device,
+                experiment=experiment.name if experiment else None, protocol_name=protocol_name,
+                status="failed" if error else "ok", error=error,
+            )
             try:
-                results.save_run(
-                    con, family=fed.family, dataset=fed.dataset, scenario=spec.describe(), method=res.method,
-                    seed=args.seed, protocol=dataclasses.asdict(protocol), result=res, device=args.device,
-                    experiment=experiment.name if experiment else None, protocol_name=protocol_name,
-                )
+                row["id"] = results.save_row(con, row)
             except sqlite3.IntegrityError:
                 raise FedcondError(f"{experiment.name} {res.method} seed {args.seed} [{protocol_name}] is already in "
                                    f"{args.db or results.default_db_path()}; use another --db or --seed") from None
-            out.append(res)
-            bar.write(f"  {res.method}: accuracy {res.accuracy:.4f} ({res.seconds:.1f} s)", file=sys.stderr)
+            out.append((res, row))
+            if error:
+                failed.append(res)
+                bar.write(f"  {res.method}: FAILED: {error}", file=sys.stderr)
+            else:
+                bar.write(f"  {res.method}: accuracy {res.accuracy:.4f} ({res.seconds:.1f} s)", file=sys.stderr)
     finally:
         bar.close()
         con.close()
-    out.sort(key=lambda r: methods.index(r.method))
+    out.sort(key=lambda item: methods.index(item[0].method))
     if args.json:
-        print(json.dumps({"results": [
-            {"method": r.method, "accuracy": r.accuracy, "accuracy_std": r.accuracy_std,
-             "weighted_accuracy": r.weighted_accuracy, "per_client": r.per_client, "seconds": r.seconds,
-             **({"unseen_accuracy": r.extra["unseen_accuracy"], "unseen_per_client": r.extra["unseen_per_client"]}
-                if "unseen_accuracy" in r.extra else {})}
-            for r in out
-        ]}))
+        print(json.dumps({"results": [_as_json(res, row) for res, row in out]}))
     else:
-        held = protocol.holdout_clients > 0
-        print(f"{'method':20s} {'accuracy':>9s} {'± clients':>9s} {'weighted':>9s} {'seconds':>8s}"
-              + (f" {'unseen':>9s}" if held else ""))
-        for r in out:
-            unseen = (f" {r.extra['unseen_accuracy']:9.4f}" if "unseen_accuracy" in r.extra else f" {'n/a':>9s}") if held else ""
-            print(f"{r.method:20s} {r.accuracy:9.4f} {r.accuracy_std:9.4f} {r.weighted_accuracy:9.4f} {r.seconds:8.1f}{unseen}")
-        if held:
-            print(f"(accuracy: the training clients'; unseen: {protocol.holdout_clients} client(s) per cluster held out of "
-                  "training; n/a: the method has no model for a newcomer)")
+        _print_table(out, protocol)
+    if failed:
+        print(f"fedcond: {len(failed)} of {len(methods)} methods failed (recorded as failed): "
+              + "; ".join(f"{f.method}: {f.reason}" for f in failed), file=sys.stderr)
+        return EXIT_INCOMPLETE
     return 0
+
+
+def _as_json(res, row: dict) -> dict:
+    """Everything the database row holds (configuration, extra: ARI, curve, unseen accuracy; versions,
+    git revision, row id), the unseen accuracy also at the top as before, and the final training loss."""
+    extra = row["extra"]
+    unseen = {k: extra[k] for k in ("unseen_accuracy", "unseen_per_client") if k in extra}
+    return {**row, **unseen, **({"train_loss": res.train_loss} if row["status"] == "ok" else {})}
+
+
+def _print_table(out: list, protocol) -> None:
+    held = protocol.holdout_clients > 0
+    print(f"{'method':20s} {'accuracy':>9s} {'± clients':>9s} {'weighted':>9s} {'seconds':>8s}"
+          + (f" {'unseen':>9s}" if held else ""))
+    for r, row in out:
+        if row["status"] != "ok":
+            print(f"{r.method:20s} FAILED: {r.reason}")
+            continue
+        unseen = (f" {r.extra['unseen_accuracy']:9.4f}" if "unseen_accuracy" in r.extra else f" {'n/a':>9s}") if held else ""
+        print(f"{r.method:20s} {r.accuracy:9.4f} {r.accuracy_std:9.4f} {r.weighted_accuracy:9.4f} {r.seconds:8.1f}{unseen}")
+    if held:
+        print(f"(accuracy: the training clients'; unseen: {protocol.holdout_clients} client(s) per cluster held out of "
+              "training; n/a: the method has no model for a newcomer)")

@@ -31,6 +31,9 @@ _models: dict = {}  # worker side: one working model per ModelSpec
 def _init_worker() -> None:
     import signal
 
+    from ..orphans import die_with_parent
+
+    die_with_parent()  # a run killed with SIGKILL takes its workers with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
     torch.set_num_threads(1)
     keep_freed_memory()

@@ -93,7 +93,7 @@ def subclass_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: 
 def rotation_shift(dataset: str, load: Loader, rotations: str = "C1", clients_per_cluster: int = 5, seed: int = 0):
     """E2b: each cluster sees the whole label space, its images rotated by its own angle."""
     _check_clients(clients_per_cluster)
-    angles = G.table_for(G.ROTATIONS, rotations, "E2b rotation configuration")
+    angles = G.table_for(G.ROTATIONS, rotations, "E2b rotation configuration", keyed_by="--rotations")
     data = load(dataset)
     C = len(data.classes)
     ident = tuple(range(C))

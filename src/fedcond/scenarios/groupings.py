@@ -147,9 +147,10 @@ SPARSITY: dict[str, int] = {"rich": 5, "medium": 10, "sparse": 20, "very_sparse"
 E4B_SPARSITY_TOTAL: dict[str, int] = {"rich": 20, "medium": 40, "sparse": 100, "very_sparse": 200}
 
 
-def table_for(table: dict, dataset: str, what: str):
+def table_for(table: dict, dataset: str, what: str, keyed_by: str = "dataset"):
+    """table[dataset]; keyed_by names what the key is, for the error (E2b's table is keyed by configuration)."""
     if dataset not in table:
-        raise FedcondError(f"{what} is defined for {', '.join(sorted(table))}, not for dataset '{dataset}'")
+        raise FedcondError(f"{what} is defined for {', '.join(sorted(table))}, not for {keyed_by} '{dataset}'")
     return table[dataset]
 
 
