@@ -2,7 +2,7 @@
 over TLS with authenticated SuperNodes (LocalDeployment's default), and nodes it must refuse.
 
 Every ClientApp message runs in a fresh `flwr-clientapp` process (Flower's subprocess isolation),
-so the run uses two clients for two rounds (~1 min on two cores). The refused nodes are tried
+so the run uses two clients for two rounds (~3 min on a busy two-core machine). The refused nodes are tried
 against the same SuperLink, before the run test stops it (tests run in file order).
 """
 
