@@ -1,4 +1,5 @@
-"""`fedcond flower ...`: federated runs over Flower (simulation engine, or the run config for a SuperLink)."""
+"""`fedcond flower ...`: federated runs over Flower (simulation engine, or the run config for a SuperLink),
+and the certificates and keys of a test federation."""
 
 from __future__ import annotations
 
@@ -46,12 +47,21 @@ def add_parser(sub, positive_int) -> None:
         if name == "simulate":
             p.add_argument("--workers", type=positive_int, default=1, help="Ray actors, one CPU each (default 1)")
             p.add_argument("--json", action="store_true", help="print the result as JSON")
+    keys = fl_sub.add_parser("keys", help="make a test federation's CA, SuperLink certificate, SuperNode authentication "
+                                          "keys and the secure sum's identities and roster (docs/flower.md, Deployment)")
+    keys.add_argument("--out", required=True, help="a new or empty folder; nothing is ever overwritten")
+    keys.add_argument("--nodes", type=positive_int, required=True, help="SuperNodes, one per client")
+    keys.add_argument("--host", action="append", default=[],
+                      help="another name or IP address SuperNodes reach the SuperLink by (repeatable; localhost and "
+                           "127.0.0.1 are always in its certificate)")
 
 
 def flower_command(args) -> int:
     from ..flower import require_flwr
 
     require_flwr()
+    if args.flower_command == "keys":
+        return keys_command(args)
     import torch
 
     torch.set_num_threads(1)
@@ -71,6 +81,20 @@ def flower_command(args) -> int:
               f"{result['rounds']} rounds, {result['seconds']:.1f} s{eps}")
         if result["dropped"]:
             print(f"dropped replies: {result['dropped']}", file=sys.stderr)
+    return 0
+
+
+def keys_command(args) -> int:
+    from pathlib import Path
+
+    from ..errors import FedcondError
+    from ..flower.keys import make_federation_keys
+
+    if not args.out.strip():
+        raise FedcondError("--out must name a folder")
+    keys = make_federation_keys(Path(args.out), args.nodes, tuple(args.host))
+    print(f"{keys.folder}: ca.crt, superlink.crt + superlink.key, roster.json, and node-0 .. node-{args.nodes - 1} "
+          f"(auth.key, auth.pub, secagg-identity.hex); what goes where: docs/flower.md, Deployment")
     return 0
 
 

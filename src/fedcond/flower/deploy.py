@@ -1,6 +1,12 @@
 """A real deployment on one machine: a SuperLink and one SuperNode per client, as separate processes
 on loopback, and `flwr run` submitting a fedcond run to them (docs/flower.md shows the same by hand).
 
+By default the federation runs over TLS with authenticated SuperNodes (docs/flower.md,
+"Deployment"): the SuperLink serves a certificate from the federation's own CA and admits only the
+SuperNodes whose Flower authentication keys were registered with it (`--enable-supernode-auth`),
+and each SuperNode gets the secure sum's roster and its identity, so the key check is on.
+`insecure=True` is plain HTTP with self-registering nodes: for a quick test on loopback only.
+
 Each SuperNode is told its client index by `--node-config partition-id=I` and builds only that
 client's data; the ServerApp and ClientApps run in processes the SuperLink and SuperNodes spawn
 (Flower's default subprocess isolation). The app project handed to `flwr run` only names the
@@ -23,6 +29,7 @@ import tomli_w
 
 from ..errors import FedcondError
 from .config import FlowerRun
+from .keys import FederationKeys, make_federation_keys
 
 APP_PYPROJECT = {
     "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
@@ -58,40 +65,96 @@ def _bin(name: str) -> str:
 class LocalDeployment:
     """SuperLink + SuperNodes as child processes; `with` stops them (SIGTERM, then SIGKILL).
 
+    Security: TLS and SuperNode authentication with the keys in `keys` (a folder made by
+    `fedcond flower keys --nodes CLIENTS`), or with new ones made in the work folder
+    when `keys` is None; `insecure=True` turns both off (loopback experiments only).
+
     As in Flower, a federation outlives some of its SuperNodes: `submit` gives up only when the
     SuperLink exits or fewer than `min_available` SuperNodes are left (default: a majority). What
     the run does without a node's replies is the run's own rule (FlowerRun.min_replies)."""
 
-    def __init__(self, clients: int, workdir: Path, data_dir: str | None = None, min_available: int | None = None):
-        self.clients, self.workdir = clients, Path(workdir)
+    def __init__(self, clients: int, workdir: Path, data_dir: str | None = None, min_available: int | None = None,
+                 keys: Path | None = None, insecure: bool = False):
+        self.clients, self.workdir = clients, Path(workdir).resolve()  # absolute: the processes run inside it
         self.data_dir = data_dir
         self.min_available = clients // 2 + 1 if min_available is None else min_available
         if not 1 <= self.min_available <= clients:
             raise FedcondError(f"min_available must be between 1 and the {clients} SuperNodes, got {min_available}")
+        if insecure and keys is not None:
+            raise FedcondError("an insecure deployment uses no keys: give keys or insecure=True, not both")
+        self.insecure, self.keys_folder = insecure, keys
+        self.keys: FederationKeys | None = None
         self.procs: list[subprocess.Popen] = []
         self.http_port = free_port()  # Flower 1.42: the Fleet, ServerAppIo and Control APIs share one HTTP port
         self.flwr_home = self.workdir / "flwr-home"
         self.env = {**os.environ, "FLWR_HOME": str(self.flwr_home), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
-    def _start(self, name: str, args: list[str]) -> None:
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "w")
-        self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
-                                           start_new_session=True))
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
+                                start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def _load_keys(self) -> FederationKeys:
+        if self.keys_folder is None:
+            return make_federation_keys(self.workdir / "keys", self.clients)
+        keys = FederationKeys(Path(self.keys_folder).resolve())
+        try:
+            nodes = keys.nodes
+        except (OSError, ValueError) as e:
+            raise FedcondError(f"{self.keys_folder} is not a folder made by `fedcond flower keys` ({e})") from None
+        if nodes != self.clients:  # the roster's size is the federation's: it sets the secure sum's default min_peers
+            raise FedcondError(f"{self.keys_folder} holds keys for {nodes} SuperNodes, not one per each of the {self.clients} clients")
+        return keys
+
+    def superlink_args(self) -> list[str]:
+        args = [_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(self.http_port),
+                "--database", str(self.workdir / "state.db"), "--disable-runtime-dependency-installation"]
+        if self.keys is None:
+            return args + ["--insecure"]
+        return args + ["--ssl-ca-certfile", str(self.keys.ca), "--ssl-certfile", str(self.keys.superlink_cert),
+                       "--ssl-keyfile", str(self.keys.superlink_key), "--enable-supernode-auth"]
+
+    def supernode_args(self, i: int) -> list[str]:
+        config = f"partition-id={i}" + (f' data-dir="{self.data_dir}"' if self.data_dir else "")
+        args = [_bin("flower-supernode"), "--superlink", self.address, "--port", str(free_port())]
+        if self.keys is None:
+            return args + ["--insecure", "--node-config", config]
+        config += f' secagg-roster="{self.keys.roster}" secagg-identity="{self.keys.identity(i)}"'
+        return args + ["--root-certificates", str(self.keys.ca), "--auth-supernode-private-key", str(self.keys.auth_key(i)),
+                       "--node-config", config]
 
     def __enter__(self) -> "LocalDeployment":
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.flwr_home.mkdir(exist_ok=True)
-        (self.flwr_home / "config.toml").write_text(tomli_w.dumps(
-            {"superlink": {"default": "fedcond", "fedcond": {"address": f"127.0.0.1:{self.http_port}", "insecure": True}}}))
-        self._start("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.http_port),
-                                  "--database", str(self.workdir / "state.db"),
-                                  "--disable-runtime-dependency-installation"])
-        self._wait_for_port(self.http_port, "SuperLink")
-        for i in range(self.clients):
-            config = f"partition-id={i}" + (f' data-dir="{self.data_dir}"' if self.data_dir else "")
-            self._start(f"supernode-{i}", [_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.http_port}",
-                                           "--port", str(free_port()), "--node-config", config])
+        self.keys = None if self.insecure else self._load_keys()
+        trust = {"insecure": True} if self.keys is None else {"root-certificates": str(self.keys.ca)}  # for `flwr`
+        connection = {"address": self.address, **trust}
+        (self.flwr_home / "config.toml").write_text(tomli_w.dumps({"superlink": {"default": "fedcond", "fedcond": connection}}))
+        try:
+            self._start("superlink", self.superlink_args())
+            self._wait_for_port(self.http_port, "SuperLink")
+            for i in range(self.clients if self.keys is not None else 0):
+                self.register(self.keys.auth_pub(i))
+            for i in range(self.clients):
+                self._start(f"supernode-{i}", self.supernode_args(i))
+        except BaseException:  # `with` does not call __exit__ when __enter__ fails: stop what did start
+            self.stop()
+            raise
         return self
+
+    def register(self, public_key: Path) -> None:
+        """Admit a SuperNode's authentication key (`flwr supernode register`, over the Control API)."""
+        done = subprocess.run([_bin("flwr"), "supernode", "register", str(public_key), "fedcond"], env=self.env,
+                              cwd=self.workdir, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            last = (done.stdout + done.stderr).strip().splitlines()[-1:]
+            raise FedcondError(f"flwr supernode register {public_key} failed: {last}")
 
     def _wait_for_port(self, port: int, what: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
