@@ -37,14 +37,19 @@ def _hash_source() -> str:
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
     # report/ only reads finished rows (nothing in training imports it): editing it keeps checkpoints
-    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".cpp") and p.is_file()
-                       and p.relative_to(root).parts[0] != "report"):
+    for path in sorted(
+        p
+        for p in root.rglob("*")
+        if p.suffix in (".py", ".cpp") and p.is_file() and p.relative_to(root).parts[0] != "report"
+    ):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
-_LOADED = _hash_source()  # read at import, as results.git_revision pins the commit: files edited later are not this code
+_LOADED = (
+    _hash_source()
+)  # read at import, as results.git_revision pins the commit: files edited later are not this code
 
 
 def source_fingerprint() -> str:
@@ -60,9 +65,12 @@ def environment() -> dict:
     from .models import cpu_kernels
 
     status = cpu_kernels.status()
-    return {"versions": {k: v for k, v in results.versions().items() if k != "fedcond"},
-            "torch_isa": torch.backends.cpu.get_cpu_capability(), "kernels_isa": status.get("isa"),
-            "kernels_on": sorted(name for name, on in status["enabled"].items() if on)}
+    return {
+        "versions": {k: v for k, v in results.versions().items() if k != "fedcond"},
+        "torch_isa": torch.backends.cpu.get_cpu_capability(),
+        "kernels_isa": status.get("isa"),
+        "kernels_on": sorted(name for name, on in status["enabled"].items() if on),
+    }
 
 
 @dataclass
@@ -99,8 +107,11 @@ class Checkpoint:
         layers (compiled kernels kept on this CPU, torch's ISA), which decide the float rounding.
         Computed once per Checkpoint (a run's saves and loads all happen in one process)."""
         if self._key is None:
-            self._key = {"identity": self.identity_as_saved,
-                         "source": source_fingerprint(), "environment": environment()}
+            self._key = {
+                "identity": self.identity_as_saved,
+                "source": source_fingerprint(),
+                "environment": environment(),
+            }
         return self._key
 
     def _read(self, decode: bool) -> tuple[dict, object] | None:
@@ -158,13 +169,18 @@ class Checkpoint:
         try:
             self._remove_temporaries()  # a save killed mid-write leaves one behind
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            safe_state.save(tmp, {"state": state, "curve": curve},
-                            header={"key": self.key(), "rounds_done": rounds_done, "seconds": seconds})
+            safe_state.save(
+                tmp,
+                {"state": state, "curve": curve},
+                header={"key": self.key(), "rounds_done": rounds_done, "seconds": seconds},
+            )
             os.replace(tmp, self.path)
         except (OSError, RuntimeError, TypeError) as e:  # torch.save reports a full disk as RuntimeError
             self._failed = True
             tmp.unlink(missing_ok=True)
-            warnings.warn(f"fedcond: cannot save a checkpoint in {self.directory} ({e}); this run goes on without", stacklevel=2)
+            warnings.warn(
+                f"fedcond: cannot save a checkpoint in {self.directory} ({e}); this run goes on without", stacklevel=2
+            )
         self._last = time.perf_counter()
 
     def _remove_temporaries(self) -> None:

@@ -43,11 +43,13 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "holdout_clients": (0, 100_000),
     "min_replies": (1, 100_000),
     "workers": (1, 1_024),
+    "nodes": (1, 10_000),  # fedcond flower keys: SuperNodes of a test federation
 }
 
 
 def _int_in(low: int, high: int):
     """An argparse type: a whole number in [low, high]."""
+
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -56,6 +58,7 @@ def _int_in(low: int, high: int):
         if not low <= v <= high:
             raise argparse.ArgumentTypeError(f"expected a whole number in [{low}, {high}], got {v}")
         return v
+
     return parse
 
 
@@ -85,7 +88,9 @@ def _validate_options(parser: argparse.ArgumentParser) -> None:
             action.type = _seed_list
         elif action.type in (int, _positive_int):
             if action.dest not in INT_BOUNDS:
-                raise AssertionError(f"integer option {action.option_strings or action.dest} has no range in INT_BOUNDS")
+                raise AssertionError(
+                    f"integer option {action.option_strings or action.dest} has no range in INT_BOUNDS"
+                )
             action.type = _int_in(*INT_BOUNDS[action.dest])
         elif action.type is None and action.nargs != 0 and action.choices is None:
             action.type = _nonempty
@@ -103,32 +108,51 @@ def _seconds_or_off(text: str) -> float | None:
 
 def _float_in(low: float, high: float, low_open: bool = False):
     """An argparse type: a float in [low, high), or (low, high) when low_open."""
+
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
         if not (low < v if low_open else low <= v) or not v < high:
-            raise argparse.ArgumentTypeError(f"expected a number in {'(' if low_open else '['}{low:g}, {high:g}), got {text}")
+            raise argparse.ArgumentTypeError(
+                f"expected a number in {'(' if low_open else '['}{low:g}, {high:g}), got {text}"
+            )
         return v
+
     return parse
 
 
 def _add_protocol_args(p: argparse.ArgumentParser) -> None:
     """The protocol options, the same on run and sweep (a sweep records them in the cell's name)."""
-    p.add_argument("--epochs", type=_positive_int, help="passes over the data (default: the preset's; paper 20, jdfl its rounds)")
+    p.add_argument(
+        "--epochs", type=_positive_int, help="passes over the data (default: the preset's; paper 20, jdfl its rounds)"
+    )
     p.add_argument("--local-epochs", type=_positive_int, help="federated methods: local epochs per round (default 1)")
-    p.add_argument("--lr", type=_float_in(0, float("inf"), low_open=True), help="local SGD learning rate (default 0.01)")
+    p.add_argument(
+        "--lr", type=_float_in(0, float("inf"), low_open=True), help="local SGD learning rate (default 0.01)"
+    )
     p.add_argument("--momentum", type=_float_in(0, 1), help="local SGD momentum (default 0.9; reset every round)")
     p.add_argument("--conditioning", choices=["concat", "film"], help="how Conditional takes s (default concat)")
     p.add_argument("--stats-normalisation", choices=["zscore", "log", "none"], help="default zscore (the paper's)")
-    p.add_argument("--encoder-source", choices=["cifar100", "cifar10", "pacs32"],
-                   help="CIFAR statistics: the cross-trained encoder to use (default: the other CIFAR, as in the paper)")
+    p.add_argument(
+        "--encoder-source",
+        choices=["cifar100", "cifar10", "pacs32"],
+        help="CIFAR statistics: the cross-trained encoder to use (default: the other CIFAR, as in the paper)",
+    )
     p.add_argument("--statistic", help="what conditioned models receive (default eigenvalues): " + _statistics_help())
-    p.add_argument("--eval-every", type=int, help="evaluate every N rounds: the accuracy curve and the best round are "
-                   "stored with the row (default 0: after the last round only)")
-    p.add_argument("--holdout-clients", type=int, help="per cluster, clients kept out of training and evaluated as "
-                   "newcomers with their own statistic (unseen accuracy reported beside the seen one)")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        help="evaluate every N rounds: the accuracy curve and the best round are "
+        "stored with the row (default 0: after the last round only)",
+    )
+    p.add_argument(
+        "--holdout-clients",
+        type=int,
+        help="per cluster, clients kept out of training and evaluated as "
+        "newcomers with their own statistic (unseen accuracy reported beside the seen one)",
+    )
 
 
 # Help texts generated from the registries, so that a new statistic, family or dataset shows in --help.
@@ -149,18 +173,31 @@ def _datasets_help() -> str:
 
     return ", ".join("digits (embedded, default)" if name == "digits" else name for name in DATASETS)
 
-GROUPS_HELP = ("E1 / E2a class grouping: semantic (default: classes of one kind together), blocks (consecutive "
-               "labels), or explicit groups such as '0,2,3,4,6|1,5,7,8,9'")
+
+GROUPS_HELP = (
+    "E1 / E2a class grouping: semantic (default: classes of one kind together), blocks (consecutive "
+    "labels), or explicit groups such as '0,2,3,4,6|1,5,7,8,9'"
+)
 
 
 def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> None:
     if family_positional:
-        p.add_argument("family", help=f"heterogeneity family: {_families_help()}; domain (JDFL) on pacs or office_caltech")
+        p.add_argument(
+            "family", help=f"heterogeneity family: {_families_help()}; domain (JDFL) on pacs or office_caltech"
+        )
     else:
-        p.add_argument("--scenario", dest="family", default="E1",
-                       help=f"heterogeneity family (default E1): {_families_help()}; domain (JDFL) on pacs or office_caltech")
+        p.add_argument(
+            "--scenario",
+            dest="family",
+            default="E1",
+            help=f"heterogeneity family (default E1): {_families_help()}; domain (JDFL) on pacs or office_caltech",
+        )
     p.add_argument("--dataset", default="digits", help=_datasets_help())
-    p.add_argument("--k", type=_positive_int, help="clusters K (E1, E2a, E3a, E3b) or covariate clusters C (E4b); default 5 for run, 2 otherwise")
+    p.add_argument(
+        "--k",
+        type=_positive_int,
+        help="clusters K (E1, E2a, E3a, E3b) or covariate clusters C (E4b); default 5 for run, 2 otherwise",
+    )
     p.add_argument("--rotations", help="E2b rotation configuration C1..C4 (default C1)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--clients-per-cluster", type=_positive_int, help="clients per cluster (default 5)")
@@ -186,97 +223,174 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedcond", description="Client-conditional federated learning and its baselines.")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_command(sub)
+    _add_experiments_command(sub)
+    _add_sweep_command(sub)
+    _add_report_command(sub)
+    _add_study_command(sub)
+    _add_encoder_command(sub)
+    _add_scenario_command(sub)
+    _add_data_command(sub)
+    _add_doctor_command(sub)
+    from .commands.flower import add_parser as add_flower_parser
 
-    run = sub.add_parser("run", help="train methods on one scenario and print their accuracy (defaults: E1 on embedded digits)")
+    add_flower_parser(sub, _positive_int)
+    _validate_options(parser)
+    return parser
+
+
+def _add_run_command(sub) -> None:
+    run = sub.add_parser(
+        "run", help="train methods on one scenario and print their accuracy (defaults: E1 on embedded digits)"
+    )
     _add_scenario_args(run, family_positional=False)
-    run.add_argument("--experiment", help="take the scenario from the registry (e.g. E1/mnist/K=2/rich) and record the "
-                     "rows under that name, so sweeps skip them and reports show them")
-    run.add_argument("--methods", help="comma list of NAME or NAME(key=value,...), e.g. 'FedAvg,Gossip(independent_init=true)'; "
-                     "all = the paper's eight; registry = every registered algorithm; default: the paper's eight and Conditional-FedAvg")
+    run.add_argument(
+        "--experiment",
+        help="take the scenario from the registry (e.g. E1/mnist/K=2/rich) and record the "
+        "rows under that name, so sweeps skip them and reports show them",
+    )
+    run.add_argument(
+        "--methods",
+        help="comma list of NAME or NAME(key=value,...), e.g. 'FedAvg,Gossip(independent_init=true)'; "
+        "all = the paper's eight; registry = every registered "
+        "algorithm; default: the paper's eight and Conditional-FedAvg",
+    )
     _add_protocol_args(run)
     run.add_argument("--workers", type=_positive_int, help="processes, one thread each (default: min(2, cores))")
-    run.add_argument("--device", default="cpu", help="cpu (default), or e.g. cuda: clients trained as stacked models under vmap")
+    run.add_argument(
+        "--device", default="cpu", help="cpu (default), or e.g. cuda: clients trained as stacked models under vmap"
+    )
     run.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
     run.add_argument("--json", action="store_true", help="print results as JSON")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
+
+def _add_experiments_command(sub) -> None:
     exps = sub.add_parser("experiments", help="the paper's configurations, by name")
     exps_sub = exps.add_subparsers(dest="experiments_command", required=True)
     ls = exps_sub.add_parser("list", help="list experiments (optionally matching a glob or text)")
     ls.add_argument("pattern", nargs="?", default="*")
     ls.add_argument("--json", action="store_true")
 
+
+def _add_sweep_command(sub) -> None:
     sw = sub.add_parser("sweep", help="run every (experiment, method, seed) not yet in the results database")
     sw.add_argument("pattern", help="experiment names: a glob such as 'E1/mnist/*', or a comma list, run in its order")
-    sw.add_argument("--protocol", choices=list(PROTOCOLS),
-                    help="paper (SPEC A.4), jdfl (JDFL's: lr 0.01, no weight decay; momentum 0.9 and 100 rounds "
-                    "by probe; evaluated every round), smoke (tiny, for CI) or short (4 epochs: fits a 2-core "
-                    "session); default: each experiment's own (jdfl for JDFL/*, else paper)")
+    sw.add_argument(
+        "--protocol",
+        choices=list(PROTOCOLS),
+        help="paper (SPEC A.4), jdfl (JDFL's: lr 0.01, no weight decay; momentum 0.9 and 100 rounds "
+        "by probe; evaluated every round), smoke (tiny, for CI) or short (4 epochs: fits a 2-core "
+        "session); default: each experiment's own (jdfl for JDFL/*, else paper)",
+    )
     sw.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
     sw.add_argument("--methods", help="comma list or all (default: the experiment's, the paper's eight)")
     sw.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
     sw.add_argument("--data-dir")
     sw.add_argument("--workers", type=_positive_int)
     sw.add_argument("--no-progress", action="store_true")
-    sw.add_argument("--ray", metavar="ADDRESS", help="run cells as Ray tasks: local (start one here), auto, or ray://host:port")
-    sw.add_argument("--dry-run", action="store_true", help="list the cells and which are already in the database; run nothing")
-    sw.add_argument("--checkpoint-every", type=_seconds_or_off, default=300.0, metavar="SECONDS",
-                    help="save each run's progress this often beside the database (DB.checkpoints/), so a stopped sweep "
-                    "resumes its cells in flight where they were (default 300; 0: off)")
+    sw.add_argument(
+        "--ray", metavar="ADDRESS", help="run cells as Ray tasks: local (start one here), auto, or ray://host:port"
+    )
+    sw.add_argument(
+        "--dry-run", action="store_true", help="list the cells and which are already in the database; run nothing"
+    )
+    sw.add_argument(
+        "--checkpoint-every",
+        type=_seconds_or_off,
+        default=300.0,
+        metavar="SECONDS",
+        help="save each run's progress this often beside the database (DB.checkpoints/), so a stopped sweep "
+        "resumes its cells in flight where they were (default 300; 0: off)",
+    )
     _add_protocol_args(sw)
     sw.add_argument("--groups", help=GROUPS_HELP)
 
-    rep = sub.add_parser("report", help="Markdown tables and figures from the results database, beside the published numbers")
+
+def _add_report_command(sub) -> None:
+    rep = sub.add_parser(
+        "report", help="Markdown tables and figures from the results database, beside the published numbers"
+    )
     rep.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
     rep.add_argument("--out", default="report", help="output folder (default ./report)")
-    rep.add_argument("--explanations", help="CSV (experiment, method, explanation) of why cells differ from the "
-                     "published values by more than 3 pp (default: explanations.csv beside the database, if present)")
+    rep.add_argument(
+        "--explanations",
+        help="CSV (experiment, method, explanation) of why cells differ from the "
+        "published values by more than 3 pp (default: explanations.csv beside the database, if present)",
+    )
     rep.add_argument("--protocol", help="only this protocol's rows (default: all, each in its own tables)")
-    rep.add_argument("--readme", metavar="PATH", help="also refill the reproduction-summary block of this README "
-                     "(between its '<!-- reproduction summary: begin' and 'end -->' markers) for --protocol")
+    rep.add_argument(
+        "--readme",
+        metavar="PATH",
+        help="also refill the reproduction-summary block of this README "
+        "(between its '<!-- reproduction summary: begin' and 'end -->' markers) for --protocol",
+    )
 
+
+def _add_study_command(sub) -> None:
     st = sub.add_parser("study", help="the earlier study (SPEC Part B): synthetic tasks and EMNIST, printed as tables")
     st_sub = st.add_subparsers(dest="study_command", required=True)
-    syn = st_sub.add_parser("synthetic", help="linear/logistic regression, 3 and 8 clusters, six models (~3 min on one core)")
+    syn = st_sub.add_parser(
+        "synthetic", help="linear/logistic regression, 3 and 8 clusters, six models (~3 min on one core)"
+    )
     syn.add_argument("--seed", type=int, default=0)
-    em = st_sub.add_parser("emnist", help="EMNIST byclass digits/upper/lower clusters; n_c in 1,2,3,4,8 (a GPU is advised)")
+    em = st_sub.add_parser(
+        "emnist", help="EMNIST byclass digits/upper/lower clusters; n_c in 1,2,3,4,8 (a GPU is advised)"
+    )
     em.add_argument("--seed", type=int, default=0)
     em.add_argument("--data-dir")
     em.add_argument("--device", default="cpu")
 
+
+def _add_encoder_command(sub) -> None:
     enc = sub.add_parser("encoder", help="the cross-trained encoder that gives CIFAR clients their statistics")
     enc_sub = enc.add_subparsers(dest="encoder_command", required=True)
     tr = enc_sub.add_parser("train", help="train it on the source dataset and cache it in the data directory")
-    tr.add_argument("--source", required=True, choices=["cifar100", "cifar10", "pacs32"],
-                    help="cifar100 (the paper's, for CIFAR-10 tasks), cifar10 (for CIFAR-100), pacs32 (stand-in without CIFAR-100)")
+    tr.add_argument(
+        "--source",
+        required=True,
+        choices=["cifar100", "cifar10", "pacs32"],
+        help="cifar100 (the paper's, for CIFAR-10 tasks), cifar10 (for CIFAR-100), pacs32 (stand-in without CIFAR-100)",
+    )
     tr.add_argument("--epochs", type=_positive_int, default=50, help="default 50 (the paper's)")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--data-dir", help="where the source data is read and the encoder is written")
     tr.add_argument("--out-dir", help="write the encoder here instead of the data directory")
 
+
+def _add_scenario_command(sub) -> None:
     scen = sub.add_parser("scenario", help="inspect scenarios")
     scen_sub = scen.add_subparsers(dest="scenario_command", required=True)
     desc = scen_sub.add_parser("describe", help="the clients of one scenario: cluster, sizes, label counts")
     _add_scenario_args(desc, family_positional=True)
     desc.add_argument("--json", action="store_true")
 
+
+def _add_data_command(sub) -> None:
     data = sub.add_parser("data", help="datasets: list, verify, download")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     data_sub.add_parser("list", help="known datasets and whether each is present")
-    for name, text in (("verify", "check a dataset's checksums"), ("download", "fetch the official files and convert them")):
+    for name, text in (
+        ("verify", "check a dataset's checksums"),
+        ("download", "fetch the official files and convert them"),
+    ):
         p = data_sub.add_parser(name, help=text)
         p.add_argument("name")
         p.add_argument("--data-dir")
         if name == "download":
             p.add_argument("--force", action="store_true", help="fetch again even if a verified copy is present")
-    doc = sub.add_parser("doctor", help="this machine: CPU, vector ISA, torch, threads, and which compiled kernels are on and why")
-    doc.add_argument("--json", action="store_true")
-    doc.add_argument("--recheck", action="store_true", help="time the kernels against stock again (e.g. after the first check ran on a busy machine)")
-    from .commands.flower import add_parser as add_flower_parser
 
-    add_flower_parser(sub, _positive_int)
-    _validate_options(parser)
-    return parser
+
+def _add_doctor_command(sub) -> None:
+    doc = sub.add_parser(
+        "doctor", help="this machine: CPU, vector ISA, torch, threads, and which compiled kernels are on and why"
+    )
+    doc.add_argument("--json", action="store_true")
+    doc.add_argument(
+        "--recheck",
+        action="store_true",
+        help="time the kernels against stock again (e.g. after the first check ran on a busy machine)",
+    )
 
 
 class Terminated(KeyboardInterrupt):
@@ -364,15 +478,29 @@ def _describe(args) -> int:
         for i, c in enumerate(fed.clients)
     ]
     if args.json:
-        print(json.dumps({"family": fed.family, "dataset": fed.dataset, "num_classes": fed.num_classes,
-                          "clusters": list(truth.cluster_names), "clients": clients}))
+        print(
+            json.dumps(
+                {
+                    "family": fed.family,
+                    "dataset": fed.dataset,
+                    "num_classes": fed.num_classes,
+                    "clusters": list(truth.cluster_names),
+                    "clients": clients,
+                }
+            )
+        )
         return 0
-    print(f"{fed.family} on {fed.dataset}: {fed.num_clients} clients in {truth.num_clusters} clusters, {fed.num_classes} task labels")
+    print(
+        f"{fed.family} on {fed.dataset}: {fed.num_clients} clients in "
+        f"{truth.num_clusters} clusters, {fed.num_classes} task labels"
+    )
     for k, name in enumerate(truth.cluster_names):
         members = [c for c in clients if c["cluster"] == k]
         labels = sorted({lab for c in members for lab in c["train_labels"]})
-        print(f"  cluster {k} ({name}): {len(members)} clients, train {sum(c['n_train'] for c in members)}, "
-              f"test {sum(c['n_test'] for c in members)}, labels {labels}")
+        print(
+            f"  cluster {k} ({name}): {len(members)} clients, train {sum(c['n_train'] for c in members)}, "
+            f"test {sum(c['n_test'] for c in members)}, labels {labels}"
+        )
     return 0
 
 
@@ -381,10 +509,28 @@ def _experiments(args) -> int:
 
     exps = select(args.pattern)
     if args.json:
-        print(json.dumps({"count": len(exps), "experiments": [
-            {"name": e.name, "family": e.family, "dataset": e.dataset, "k": e.k, "rotations": e.rotations,
-             "clients_per_cluster": e.clients_per_cluster, "clients": e.clients, "tables": list(e.tables),
-             "paper_setting": e.paper_setting, "methods": list(e.methods)} for e in exps]}))
+        print(
+            json.dumps(
+                {
+                    "count": len(exps),
+                    "experiments": [
+                        {
+                            "name": e.name,
+                            "family": e.family,
+                            "dataset": e.dataset,
+                            "k": e.k,
+                            "rotations": e.rotations,
+                            "clients_per_cluster": e.clients_per_cluster,
+                            "clients": e.clients,
+                            "tables": list(e.tables),
+                            "paper_setting": e.paper_setting,
+                            "methods": list(e.methods),
+                        }
+                        for e in exps
+                    ],
+                }
+            )
+        )
     else:
         for e in exps:
             print(f"{e.name:34s} tables {','.join(e.tables) or '-'}")
@@ -419,14 +565,22 @@ def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True, on_ray: bool 
         print(f"{state}  {c.experiment.name}  {c.method}  seed {c.seed}  [{c.protocol_name}]{note}{eta}")
     todo = [sec for c, sec in zip(cells, expected) if c.key not in done]
     known = [sec for sec in todo if sec is not None]
-    summary = f"{len(cells)} cells: {len(cells) - len(todo)} already in {db or results.default_db_path()}, {len(todo)} to run"
+    summary = (
+        f"{len(cells)} cells: {len(cells) - len(todo)} already in {db or results.default_db_path()}, {len(todo)} to run"
+    )
     if known:
         unknown = len(todo) - len(known)
-        summary += (f" (~{sum(known) / 3600:.1f} core-hours at the recorded times of like cells"
-                    + (f"; {unknown} with no like cell recorded" if unknown else "") + ")")
+        summary += (
+            f" (~{sum(known) / 3600:.1f} core-hours at the recorded times of like cells"
+            + (f"; {unknown} with no like cell recorded" if unknown else "")
+            + ")"
+        )
     print(summary)
     if known:  # on Ray the cells run on the cluster's nodes, which this machine's kind may not describe
-        print(estimator.basis() + ("; --ray runs the cells on the cluster's nodes, perhaps of other kinds" if on_ray else ""))
+        print(
+            estimator.basis()
+            + ("; --ray runs the cells on the cluster's nodes, perhaps of other kinds" if on_ray else "")
+        )
     return 0
 
 
@@ -444,17 +598,34 @@ def _sweep(args) -> int:
         raise FedcondError("the earlier study's cells (MCDC/*) take no protocol options")
     if args.groups is not None and not any(e.family in ("E1", "E2a") and e.dataset != "cifar100" for e in experiments):
         raise FedcondError("--groups applies to E1 and E2a experiments only (not CIFAR-100's fixed superclasses)")
-    cells = plan(experiments, args.methods, seeds, args.protocol, changes)  # checks every option against every experiment
+    cells = plan(
+        experiments, args.methods, seeds, args.protocol, changes
+    )  # checks every option against every experiment
     if args.dry_run:
         # --ray sweeps and --checkpoint-every 0 start every cell afresh
-        return _sweep_dry_run(cells, args.db, args.data_dir, resumes=args.ray is None and args.checkpoint_every is not None,
-                              on_ray=args.ray is not None)
-    counts = run_sweep(cells, args.db, args.data_dir, args.workers, progress=not args.no_progress, ray_address=args.ray,
-                       checkpoint_every=args.checkpoint_every)
+        return _sweep_dry_run(
+            cells,
+            args.db,
+            args.data_dir,
+            resumes=args.ray is None and args.checkpoint_every is not None,
+            on_ray=args.ray is not None,
+        )
+    counts = run_sweep(
+        cells,
+        args.db,
+        args.data_dir,
+        args.workers,
+        progress=not args.no_progress,
+        ray_address=args.ray,
+        checkpoint_every=args.checkpoint_every,
+    )
     print(json.dumps(counts))
     if counts.get("unavailable"):  # asked for, not run: the caller must not take the sweep for complete
-        print(f"fedcond: {counts['unavailable']} cell(s) could not run (reasons above; a rerun retries them): "
-              + "; ".join(counts["not_run"]), file=sys.stderr)
+        print(
+            f"fedcond: {counts['unavailable']} cell(s) could not run (reasons above; a rerun retries them): "
+            + "; ".join(counts["not_run"]),
+            file=sys.stderr,
+        )
         return EXIT_INCOMPLETE
     return 0
 
@@ -490,7 +661,9 @@ def _encoder(args) -> int:
         bar.set_postfix(loss=f"{info['loss']:.3f}", acc=f"{info['train_accuracy']:.3f}")
 
     try:
-        path = train_encoder(args.source, args.data_dir, epochs=args.epochs, seed=args.seed, progress=progress, out_dir=args.out_dir)
+        path = train_encoder(
+            args.source, args.data_dir, epochs=args.epochs, seed=args.seed, progress=progress, out_dir=args.out_dir
+        )
     finally:
         bar.close()
     print(path)

@@ -24,8 +24,9 @@ def feature_map(fed, protocol: Protocol, data_dir=None):
     raise FedcondError(f"no feature map for client statistics of {fed.input_shape} images")
 
 
-def client_statistics(scenario: Scenario, protocol: Protocol, data_dir=None, seed: int = 0,
-                      ids=None) -> tuple[np.ndarray, torch.Tensor]:
+def client_statistics(
+    scenario: Scenario, protocol: Protocol, data_dir=None, seed: int = 0, ids=None
+) -> tuple[np.ndarray, torch.Tensor]:
     """Raw statistics [N, l] (protocol.statistic: the eigenvalues, or the random control drawn
     from `seed` and the client ids, by default 0..N-1) and the normalised model input [N, l] (float32)."""
     fed = scenario.federation
@@ -40,5 +41,13 @@ def raw_statistics(fed, protocol: Protocol, data_dir=None, seed: int = 0, client
     ids = list(range(len(clients))) if ids is None else list(ids)
     stat = S.STATISTICS[S.check_statistic(protocol.statistic)]
     phi = feature_map(fed, protocol, data_dir) if stat.uses_data else None
-    return stat.compute([c.x_train for c in clients], [c.y_train for c in clients], ids, fed.num_classes,
-                        protocol.num_eigenvalues, phi, protocol.stats_method, seed)
+    return stat.compute(
+        [c.x_train for c in clients],
+        [c.y_train for c in clients],
+        ids,
+        fed.num_classes,
+        protocol.num_eigenvalues,
+        phi,
+        protocol.stats_method,
+        seed,
+    )

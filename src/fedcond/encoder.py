@@ -51,6 +51,7 @@ _DEFAULT_SOURCE = {"cifar10": "cifar100", "cifar100": "cifar10"}
 # ---------------------------------------------------------------------------------------------
 # names and paths
 
+
 def check_source(source: str) -> str:
     """The canonical source name; FedcondError for an unknown one."""
     key = str(source).strip().lower().replace("-", "_")
@@ -66,8 +67,10 @@ def default_source(task_dataset: str) -> str:
     """
     key = str(task_dataset).strip().lower().replace("-", "_")
     if key not in _DEFAULT_SOURCE:
-        raise FedcondError(f"no cross-trained encoder for dataset {task_dataset!r}: the encoder is for cifar10 and "
-                           f"cifar100 (28x28 datasets use raw pixels)")
+        raise FedcondError(
+            f"no cross-trained encoder for dataset {task_dataset!r}: the encoder is for cifar10 and "
+            f"cifar100 (28x28 datasets use raw pixels)"
+        )
     return _DEFAULT_SOURCE[key]
 
 
@@ -95,18 +98,19 @@ def train_command(source: str, data_dir: str | Path | None = None) -> str:
     return cmd
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # source data
+
 
 def resize_images(x: np.ndarray, size: int = 32, chunk: int = 512) -> np.ndarray:
     """uint8 [N, H, W, 3] -> uint8 [N, size, size, 3], antialiased bilinear, rounded."""
     out = np.empty((len(x), size, size, 3), dtype=np.uint8)
     for i in range(0, len(x), chunk):
-        t = torch.from_numpy(x[i:i + chunk]).permute(0, 3, 1, 2).float()  # [b, 3, H, W]
-        r = F.interpolate(t, size=(size, size), mode="bilinear", antialias=True, align_corners=False)  # [b, 3, size, size]
-        out[i:i + chunk] = r.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        t = torch.from_numpy(x[i : i + chunk]).permute(0, 3, 1, 2).float()  # [b, 3, H, W]
+        r = F.interpolate(
+            t, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+        )  # [b, 3, size, size]
+        out[i : i + chunk] = r.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
     return out
 
 
@@ -119,11 +123,18 @@ def pacs32(data_dir: str | Path | None = None):
     pacs = load("pacs", data_dir=data_dir)
     x = resize_images(pacs.x)
     strata = pacs.y * len(pacs.domains) + pacs.domain
-    idx_train, idx_test = train_test_split(np.arange(len(x)), test_size=PACS32_TEST_FRACTION,
-                                           random_state=PACS32_SPLIT_SEED, stratify=strata)
+    idx_train, idx_test = train_test_split(
+        np.arange(len(x)), test_size=PACS32_TEST_FRACTION, random_state=PACS32_SPLIT_SEED, stratify=strata
+    )
     idx_train, idx_test = np.sort(idx_train), np.sort(idx_test)
-    return ImageData(name="pacs32", x_train=x[idx_train], y_train=pacs.y[idx_train],
-                     x_test=x[idx_test], y_test=pacs.y[idx_test], classes=pacs.classes)
+    return ImageData(
+        name="pacs32",
+        x_train=x[idx_train],
+        y_train=pacs.y[idx_train],
+        x_test=x[idx_test],
+        y_test=pacs.y[idx_test],
+        classes=pacs.classes,
+    )
 
 
 def source_data(source: str, data_dir: str | Path | None = None):
@@ -147,6 +158,7 @@ def _as_nchw(x: np.ndarray | torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # training
 
+
 def _writable_folder(folder: Path) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -154,8 +166,10 @@ def _writable_folder(folder: Path) -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise FedcondError(f"cannot write the encoder to {folder} ({exc.strerror or exc}); choose a writable "
-                           f"folder with $FEDCOND_DATA or an output directory") from None
+        raise FedcondError(
+            f"cannot write the encoder to {folder} ({exc.strerror or exc}); choose a writable "
+            f"folder with $FEDCOND_DATA or an output directory"
+        ) from None
     return folder
 
 
@@ -180,7 +194,7 @@ def _channel_stats(x: torch.Tensor, chunk: int = 4096) -> tuple[list[float], lis
     """Per-channel mean and std of uint8 [N, 3, H, W] on the [0, 1] scale, in chunks (CIFAR in float64 is 1.2 GB)."""
     total, total_sq = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
     for i in range(0, len(x), chunk):
-        c = x[i:i + chunk].to(torch.float64).div_(255.0)  # [b, 3, H, W]
+        c = x[i : i + chunk].to(torch.float64).div_(255.0)  # [b, 3, H, W]
         total += c.sum(dim=(0, 2, 3))
         total_sq += c.square().sum(dim=(0, 2, 3))
     count = x.shape[0] * x.shape[2] * x.shape[3]
@@ -196,14 +210,23 @@ def _accuracy(model: CrossEncoder, x: torch.Tensor, y: torch.Tensor, batch: int 
     model.eval()
     correct = 0
     for i in range(0, len(x), batch):
-        correct += int((model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum())
+        correct += int((model(x[i : i + batch]).argmax(1) == y[i : i + batch]).sum())
     return correct / len(x)
 
 
 @with_mode
-def _train_on(data, source: str, out_dir: str | Path | None = None, epochs: int = 50, lr: float = 1e-3,
-              batch_size: int = 128, seed: int = 0, progress: Callable[[dict], None] | None = None,
-              limit: int | None = None, blocks_per_stage: int = 1) -> Path:
+def _train_on(
+    data,
+    source: str,
+    out_dir: str | Path | None = None,
+    epochs: int = 50,
+    lr: float = 1e-3,
+    batch_size: int = 128,
+    seed: int = 0,
+    progress: Callable[[dict], None] | None = None,
+    limit: int | None = None,
+    blocks_per_stage: int = 1,
+) -> Path:
     """Train an encoder on ``data`` (anything with x_train/y_train/x_test/y_test uint8 [N,32,32,3] and
     ``classes``), save it as the encoder of ``source`` under ``<out_dir>/encoders`` and return the .pt path."""
     source = check_source(source)
@@ -237,7 +260,7 @@ def _train_on(data, source: str, out_dir: str | Path | None = None, epochs: int 
             order = torch.randperm(n, generator=shuffle)
             total_loss, correct = 0.0, 0
             for i in range(0, n, batch_size):
-                idx = order[i:i + batch_size]
+                idx = order[i : i + batch_size]
                 xb, yb = x_train[idx], y_train[idx]  # [b, 3, 32, 32], [b]
                 logits = model(xb)  # [b, K]
                 loss = F.cross_entropy(logits, yb)
@@ -247,17 +270,31 @@ def _train_on(data, source: str, out_dir: str | Path | None = None, epochs: int 
                 total_loss += loss.item() * len(idx)
                 correct += int((logits.argmax(1) == yb).sum())
             if progress is not None:
-                progress({"epoch": epoch, "epochs": epochs, "loss": total_loss / n,
-                          "train_accuracy": correct / n, "seconds": time.perf_counter() - t0})
+                progress(
+                    {
+                        "epoch": epoch,
+                        "epochs": epochs,
+                        "loss": total_loss / n,
+                        "train_accuracy": correct / n,
+                        "seconds": time.perf_counter() - t0,
+                    }
+                )
         seconds = time.perf_counter() - started
         test_accuracy = _accuracy(model, x_test, y_test)
     finally:
         torch.set_num_threads(threads)
 
     meta = {
-        "epochs": epochs, "seed": seed, "lr": lr, "batch_size": batch_size, "limit": limit,
-        "test_accuracy": test_accuracy, "train_samples": n, "test_samples": len(x_test),
-        "classes": list(data.classes), "train_seconds": round(seconds, 1),
+        "epochs": epochs,
+        "seed": seed,
+        "lr": lr,
+        "batch_size": batch_size,
+        "limit": limit,
+        "test_accuracy": test_accuracy,
+        "train_samples": n,
+        "test_samples": len(x_test),
+        "classes": list(data.classes),
+        "train_seconds": round(seconds, 1),
     }
     save_encoder(model, source, path, meta)
     return path
@@ -269,15 +306,28 @@ def save_encoder(model: CrossEncoder, source: str, path: Path, meta: dict | None
     source = check_source(source)
     payload = {"format": _FORMAT, "source": source, "config": model.config(), "state_dict": model.state_dict()}
     _atomic_write(path, lambda f: torch.save(payload, f))
-    side = {"source": source, **(meta or {}), "architecture": {"embed_dim": EMBED_DIM, **model.config()},
-            "torch": torch.__version__, "sha256": sha256_file(path)}
+    side = {
+        "source": source,
+        **(meta or {}),
+        "architecture": {"embed_dim": EMBED_DIM, **model.config()},
+        "torch": torch.__version__,
+        "sha256": sha256_file(path),
+    }
     _atomic_write(sidecar_path(path), lambda f: f.write((json.dumps(side, indent=2) + "\n").encode()))
     return path
 
 
-def train_encoder(source: str, data_dir: str | Path | None = None, epochs: int = 50, lr: float = 1e-3,
-                  batch_size: int = 128, seed: int = 0, progress: Callable[[dict], None] | None = None,
-                  limit: int | None = None, out_dir: str | Path | None = None) -> Path:
+def train_encoder(
+    source: str,
+    data_dir: str | Path | None = None,
+    epochs: int = 50,
+    lr: float = 1e-3,
+    batch_size: int = 128,
+    seed: int = 0,
+    progress: Callable[[dict], None] | None = None,
+    limit: int | None = None,
+    out_dir: str | Path | None = None,
+) -> Path:
     """Train the encoder on ``source`` (read from ``data_dir``) and save it under ``<out_dir>/encoders``.
 
     ``out_dir`` defaults to ``data_dir`` (both resolved by ``resolve_data_dir``). ``progress``,
@@ -288,25 +338,39 @@ def train_encoder(source: str, data_dir: str | Path | None = None, epochs: int =
     source = check_source(source)
     out = data_dir if out_dir is None else out_dir
     _writable_folder(encoder_dir(out))  # before the (slow) data loading
-    return _train_on(source_data(source, data_dir), source, out, epochs=epochs, lr=lr, batch_size=batch_size,
-                     seed=seed, progress=progress, limit=limit)
+    return _train_on(
+        source_data(source, data_dir),
+        source,
+        out,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        progress=progress,
+        limit=limit,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # loading and use
+
 
 def read_sidecar(source: str, data_dir: str | Path | None = None) -> dict:
     """The JSON sidecar of an encoder (source, epochs, seed, test_accuracy, sha256, ...)."""
     path = encoder_path(source, data_dir)
     meta = sidecar_path(path)
     if not meta.is_file():
-        raise FedcondError(f"encoder {check_source(source)} has no sidecar {meta}; make it with "
-                           f"`{train_command(check_source(source), data_dir)}`")
+        raise FedcondError(
+            f"encoder {check_source(source)} has no sidecar {meta}; make it with "
+            f"`{train_command(check_source(source), data_dir)}`"
+        )
     try:
         return json.loads(meta.read_text())
     except (OSError, ValueError) as exc:
-        raise FedcondError(f"cannot read the encoder sidecar {meta} ({exc}); make it again with "
-                           f"`{train_command(check_source(source), data_dir)}`") from None
+        raise FedcondError(
+            f"cannot read the encoder sidecar {meta} ({exc}); make it again with "
+            f"`{train_command(check_source(source), data_dir)}`"
+        ) from None
 
 
 def load_encoder(source: str, data_dir: str | Path | None = None) -> CrossEncoder:
@@ -319,15 +383,19 @@ def load_encoder(source: str, data_dir: str | Path | None = None) -> CrossEncode
     meta = read_sidecar(source, data_dir)
     actual = sha256_file(path)
     if actual != meta.get("sha256"):
-        raise ChecksumMismatch(f"encoder file {path} has sha256 {actual[:12]}..., its sidecar expects "
-                               f"{str(meta.get('sha256'))[:12]}...; the file is damaged or stale: make it again with {fix}")
+        raise ChecksumMismatch(
+            f"encoder file {path} has sha256 {actual[:12]}..., its sidecar expects "
+            f"{str(meta.get('sha256'))[:12]}...; the file is damaged or stale: make it again with {fix}"
+        )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
         cfg = payload["config"]
         model = CrossEncoder(cfg["num_classes"], cfg["blocks_per_stage"], cfg["mean"], cfg["std"])
         model.load_state_dict(payload["state_dict"])
     except Exception as exc:  # a file that matches its sidecar but is not an encoder of this version
-        raise FedcondError(f"encoder file {path} cannot be read ({type(exc).__name__}); make it again with {fix}") from None
+        raise FedcondError(
+            f"encoder file {path} cannot be read ({type(exc).__name__}); make it again with {fix}"
+        ) from None
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -347,7 +415,7 @@ def encoder_features(encoder: CrossEncoder, batch_size: int = 1024) -> Callable[
         was_training = encoder.training
         encoder.eval()
         with torch.no_grad():
-            out = torch.cat([encoder.embed(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])  # [n, 128]
+            out = torch.cat([encoder.embed(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])  # [n, 128]
         encoder.train(was_training)
         return out.to(torch.float64)
 

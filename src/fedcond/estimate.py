@@ -44,8 +44,13 @@ def _likeness(exp, family, dataset, per_cluster, clients, method, pname) -> tupl
     do); the same dataset, method and protocol; the same dataset and protocol with the method's base
     name (options dropped: `FedAvg+jdfl-graded(M=2)` -> `FedAvg+jdfl-graded`)."""
     base = method.split("(", 1)[0]
-    return ((exp, method, pname), (dataset, per_cluster, clients, method, pname), (family, dataset, method, pname),
-            (dataset, method, pname), (dataset, base, pname))
+    return (
+        (exp, method, pname),
+        (dataset, per_cluster, clients, method, pname),
+        (family, dataset, method, pname),
+        (dataset, method, pname),
+        (dataset, base, pname),
+    )
 
 
 class Estimator:
@@ -56,13 +61,17 @@ class Estimator:
     def __init__(self, con, here: str | None = None):
         self.here = here or this_machine()
         self.levels: list[dict[tuple, list[tuple[str | None, float]]]] = [{}, {}, {}, {}, {}]
-        rows = con.execute("SELECT experiment, family, dataset, scenario, method, protocol_name, seconds, device, versions"
-                           " FROM runs WHERE status = 'ok' AND seconds > 0 AND experiment IS NOT NULL").fetchall()
+        rows = con.execute(
+            "SELECT experiment, family, dataset, scenario, method, protocol_name, seconds, device, versions"
+            " FROM runs WHERE status = 'ok' AND seconds > 0 AND experiment IS NOT NULL"
+        ).fetchall()
         for exp, family, dataset, scenario, method, pname, sec, device, versions in rows:
             sc = json.loads(scenario or "{}")
             kind = machine_kind(device, versions)
-            for level, key in zip(self.levels, _likeness(exp, family, dataset, sc.get("clients_per_cluster"),
-                                                         sc.get("clients"), method, pname)):
+            for level, key in zip(
+                self.levels,
+                _likeness(exp, family, dataset, sc.get("clients_per_cluster"), sc.get("clients"), method, pname),
+            ):
                 level.setdefault(key, []).append((kind, sec))
         self.ratios, self.ratio_level = self._ratios()
         self.used: dict[str | None, int] = {}  # kind of machine -> rows it lent to the estimates so far
@@ -115,6 +124,7 @@ class Estimator:
 
     def basis(self) -> str:
         """Which machines the estimates so far came from, and how they were scaled (one line)."""
+
         def rows(kind):
             return f"{kind} rows" if kind else "rows of machines that did not record their CPU"
 
@@ -125,8 +135,10 @@ class Estimator:
             elif kind in self.ratios:
                 ratio, cells = self.ratios[kind]
                 like = " like" * (self.ratio_level[kind] > 0)  # not the same cells: the most alike ones
-                parts.append(f"{rows(kind)} x{ratio:.2f} (the median ratio over {cells}{like} cell{'s' * (cells != 1)}"
-                             f" recorded on both{'; one cell: rough' * (cells == 1)})")
+                parts.append(
+                    f"{rows(kind)} x{ratio:.2f} (the median ratio over {cells}{like} cell{'s' * (cells != 1)}"
+                    f" recorded on both{'; one cell: rough' * (cells == 1)})"
+                )
             else:
                 parts.append(f"{rows(kind)} unscaled (no cell recorded on both; times here may differ 2-3x)")
         return f"estimates for this {self.here} machine from " + "; ".join(parts) if parts else ""

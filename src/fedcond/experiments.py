@@ -38,9 +38,18 @@ class Experiment:
     #   | study: the earlier study's (SPEC Part B, fedcond.study), run by its own code
 
     def spec(self, seed: int = 0, data_dir: str | None = None, fraction: float = 1.0, groups: str | None = None):
-        return ScenarioSpec(family=self.family, dataset=self.dataset, k=self.k, clients_per_cluster=self.clients_per_cluster,
-                            clients=self.clients, rotations=self.rotations, seed=seed, data_dir=data_dir, fraction=fraction,
-                            groups=groups if self.family in ("E1", "E2a") else None)
+        return ScenarioSpec(
+            family=self.family,
+            dataset=self.dataset,
+            k=self.k,
+            clients_per_cluster=self.clients_per_cluster,
+            clients=self.clients,
+            rotations=self.rotations,
+            seed=seed,
+            data_dir=data_dir,
+            fraction=fraction,
+            groups=groups if self.family in ("E1", "E2a") else None,
+        )
 
 
 # Protocol presets: `paper` is SPEC A.4/A.5; `jdfl` is JDFL's (SPEC C.5/C.8: lr 0.01, no weight decay,
@@ -58,8 +67,18 @@ PROTOCOLS: dict[str, tuple[Protocol, float]] = {  # name -> (protocol, fraction 
 # Options a sweep may change from its preset. A cell run with changes is named by them,
 # `paper[encoder_source=pacs32,groups=blocks]`, so it never takes the place of the preset's cell
 # and a report never mixes the two.
-PROTOCOL_OPTIONS = ("epochs", "local_epochs", "lr", "momentum", "conditioning", "stats_normalisation", "encoder_source",
-                    "statistic", "holdout_clients", "eval_every")
+PROTOCOL_OPTIONS = (
+    "epochs",
+    "local_epochs",
+    "lr",
+    "momentum",
+    "conditioning",
+    "stats_normalisation",
+    "encoder_source",
+    "statistic",
+    "holdout_clients",
+    "eval_every",
+)
 SCENARIO_OPTIONS = ("groups",)
 
 
@@ -102,13 +121,16 @@ def cell_changes(exp: Experiment, changes: dict) -> dict:
             else:
                 out["groups"] = groups.lower() if groups.lower() in G.GROUPINGS else resolved
     if out.get("holdout_clients") and exp.kind == "train" and out["holdout_clients"] >= clients_per_cluster(exp):
-        raise FedcondError(f"--holdout-clients {out['holdout_clients']}: {exp.name} has {clients_per_cluster(exp)} clients "
-                           "per cluster, and at least one must stay in training")
+        raise FedcondError(
+            f"--holdout-clients {out['holdout_clients']}: {exp.name} has {clients_per_cluster(exp)} clients "
+            "per cluster, and at least one must stay in training"
+        )
     return out
 
 
 def parse_variant(name: str) -> tuple[str, dict]:
-    """`paper[lr=0.02,groups=0,1|2,3]` -> ("paper", {"lr": 0.02, "groups": "0,1|2,3"}); values typed as the Protocol's."""
+    """`paper[lr=0.02,groups=0,1|2,3]` -> ("paper", {"lr": 0.02, "groups": "0,1|2,3"}); values typed as the
+    Protocol's."""
     return grammar.parse_variant(name, Protocol, PROTOCOL_OPTIONS, text_options=SCENARIO_OPTIONS)
 
 
@@ -133,46 +155,155 @@ def _build() -> dict[str, Experiment]:
     def add(exp: Experiment) -> None:
         if exp.name in out:  # a setting in two tables: one entry, both tables
             old = out[exp.name]
-            exp = Experiment(**{**old.__dict__, "tables": old.tables + exp.tables,
-                                "paper_setting": {**(old.paper_setting or {}), **(exp.paper_setting or {})}})
+            exp = Experiment(
+                **{
+                    **old.__dict__,
+                    "tables": old.tables + exp.tables,
+                    "paper_setting": {**(old.paper_setting or {}), **(exp.paper_setting or {})},
+                }
+            )
         out[exp.name] = exp
 
     img = ("mnist", "fmnist", "cifar10")
     sweep = [s for s in SPARSITY]
     for d in img:  # E1
         for k in (2, 3, 5, 10):
-            add(Experiment(f"E1/{d}/K={k}/rich", "E1", d, k=k, clients_per_cluster=5, tables=("X",), paper_setting={"X": f"K={k}"}))
+            add(
+                Experiment(
+                    f"E1/{d}/K={k}/rich",
+                    "E1",
+                    d,
+                    k=k,
+                    clients_per_cluster=5,
+                    tables=("X",),
+                    paper_setting={"X": f"K={k}"},
+                )
+            )
         for s in sweep:
-            add(Experiment(f"E1/{d}/K=2/{s}", "E1", d, k=2, clients_per_cluster=SPARSITY[s], tables=("XI",),
-                           paper_setting={"XI": f"K=2,{s}"}))
-    add(Experiment("E1/cifar100/K=20/rich", "E1", "cifar100", k=20, clients_per_cluster=5, tables=("XII",),
-                   paper_setting={"XII": "K=20"}))
+            add(
+                Experiment(
+                    f"E1/{d}/K=2/{s}",
+                    "E1",
+                    d,
+                    k=2,
+                    clients_per_cluster=SPARSITY[s],
+                    tables=("XI",),
+                    paper_setting={"XI": f"K=2,{s}"},
+                )
+            )
+    add(
+        Experiment(
+            "E1/cifar100/K=20/rich",
+            "E1",
+            "cifar100",
+            k=20,
+            clients_per_cluster=5,
+            tables=("XII",),
+            paper_setting={"XII": "K=20"},
+        )
+    )
     for d in img:  # E2a
         for k in (2, 3, 4):
-            add(Experiment(f"E2a/{d}/K={k}/rich", "E2a", d, k=k, clients_per_cluster=5, tables=("XIII",), paper_setting={"XIII": f"K={k}"}))
+            add(
+                Experiment(
+                    f"E2a/{d}/K={k}/rich",
+                    "E2a",
+                    d,
+                    k=k,
+                    clients_per_cluster=5,
+                    tables=("XIII",),
+                    paper_setting={"XIII": f"K={k}"},
+                )
+            )
         for s in sweep:
-            add(Experiment(f"E2a/{d}/K=2/{s}", "E2a", d, k=2, clients_per_cluster=SPARSITY[s], tables=("XIV",),
-                           paper_setting={"XIV": f"K=2,{s}"}))
+            add(
+                Experiment(
+                    f"E2a/{d}/K=2/{s}",
+                    "E2a",
+                    d,
+                    k=2,
+                    clients_per_cluster=SPARSITY[s],
+                    tables=("XIV",),
+                    paper_setting={"XIV": f"K=2,{s}"},
+                )
+            )
     for d in ("mnist", "fmnist"):  # E2b: rotations (Table XV, held back until the reproduction had run untuned)
         for c in ROTATIONS:
-            add(Experiment(f"E2b/{d}/{c}/rich", "E2b", d, rotations=c, clients_per_cluster=5, tables=("XV",),
-                           paper_setting={"XV": c}))
+            add(
+                Experiment(
+                    f"E2b/{d}/{c}/rich",
+                    "E2b",
+                    d,
+                    rotations=c,
+                    clients_per_cluster=5,
+                    tables=("XV",),
+                    paper_setting={"XV": c},
+                )
+            )
     for d in img:  # E3a
         for s in sweep:
-            add(Experiment(f"E3a/{d}/K=2/{s}", "E3a", d, k=2, clients_per_cluster=SPARSITY[s], tables=("XVI",),
-                           paper_setting={"XVI": f"K=2,{s}"}))
+            add(
+                Experiment(
+                    f"E3a/{d}/K=2/{s}",
+                    "E3a",
+                    d,
+                    k=2,
+                    clients_per_cluster=SPARSITY[s],
+                    tables=("XVI",),
+                    paper_setting={"XVI": f"K=2,{s}"},
+                )
+            )
     for d in img:  # E3b
         for k in (2, 3, 4, 5):
-            add(Experiment(f"E3b/{d}/K={k}/rich", "E3b", d, k=k, clients_per_cluster=5, tables=("XVII",), paper_setting={"XVII": f"K={k}"}))
+            add(
+                Experiment(
+                    f"E3b/{d}/K={k}/rich",
+                    "E3b",
+                    d,
+                    k=k,
+                    clients_per_cluster=5,
+                    tables=("XVII",),
+                    paper_setting={"XVII": f"K={k}"},
+                )
+            )
         for s in sweep:
-            add(Experiment(f"E3b/{d}/K=2/{s}", "E3b", d, k=2, clients_per_cluster=SPARSITY[s], tables=("XVIII",),
-                           paper_setting={"XVIII": f"K=2,{s}"}))
+            add(
+                Experiment(
+                    f"E3b/{d}/K=2/{s}",
+                    "E3b",
+                    d,
+                    k=2,
+                    clients_per_cluster=SPARSITY[s],
+                    tables=("XVIII",),
+                    paper_setting={"XVIII": f"K=2,{s}"},
+                )
+            )
     for n in (10, 20, 50, 100):  # E4a (its table is not given here)
         add(Experiment(f"E4a/mnist+fmnist/clients={n}", "E4a", "mnist", clients=n))
     for c in (2, 3, 4):  # E4b
-        add(Experiment(f"E4b/cifar10/C={c}/rich", "E4b", "cifar10", k=c, clients=2 * c * 5, tables=("XX",), paper_setting={"XX": f"C={c}"}))
+        add(
+            Experiment(
+                f"E4b/cifar10/C={c}/rich",
+                "E4b",
+                "cifar10",
+                k=c,
+                clients=2 * c * 5,
+                tables=("XX",),
+                paper_setting={"XX": f"C={c}"},
+            )
+        )
     for s, total in E4B_SPARSITY_TOTAL.items():
-        add(Experiment(f"E4b/cifar10/C=2/{s}", "E4b", "cifar10", k=2, clients=total, tables=("XXI",), paper_setting={"XXI": f"C=2,{s}"}))
+        add(
+            Experiment(
+                f"E4b/cifar10/C=2/{s}",
+                "E4b",
+                "cifar10",
+                k=2,
+                clients=total,
+                tables=("XXI",),
+                paper_setting={"XXI": f"C=2,{s}"},
+            )
+        )
     for exp in jdfl_experiments():
         add(exp)
     for exp in study_experiments():
@@ -184,8 +315,10 @@ def study_experiments() -> list[Experiment]:
     """The earlier study's settings (SPEC Part B: MCDC/*), in the same registry as the paper's."""
     from .study import EXPERIMENTS as STUDY
 
-    return [Experiment(name, family="MCDC", dataset=e.dataset, k=e.clusters, methods=tuple(e.methods), kind="study")
-            for name, e in STUDY.items()]
+    return [
+        Experiment(name, family="MCDC", dataset=e.dataset, k=e.clusters, methods=tuple(e.methods), kind="study")
+        for name, e in STUDY.items()
+    ]
 
 
 # ---- JDFL (SPEC Part C) --------------------------------------------------------------------------
@@ -200,7 +333,8 @@ def jdfl_experiments() -> list[Experiment]:
     hard client-fixed joint labels; its FedAvg, graded and random cells are main's), `m_sweep`
     (FedAvg with M fixed to 2..7; M = 1 is FedAvg itself), `replicate` (main's JDFL cells with the
     head initialised as M copies of the base's C-way head instead of drawn anew), `random_per_sample` (the
-    random scheme with each sample's slot fixed for the run instead of drawn at every step) and, on PACS, `discovery` (the ARI of the
+    random scheme with each sample's slot fixed for the run instead of drawn at every step) and, on PACS,
+    `discovery` (the ARI of the
     pseudo-domains with M = 4 over E0 x batch x layer subset, and what the elbow picks)."""
     from .algorithms import JDFL_BASES
 
@@ -208,16 +342,51 @@ def jdfl_experiments() -> list[Experiment]:
     out = []
     for short, dataset in JDFL_DATASETS.items():
         common = dict(family="domain", dataset=dataset, clients_per_cluster=5, preset="jdfl")
-        out.append(Experiment(f"JDFL/{short}/main", methods=tuple(m for b in bases for m in (b, *(f"{b}+{s}" for s in JDFL_SCHEMES))), **common))
+        out.append(
+            Experiment(
+                f"JDFL/{short}/main",
+                methods=tuple(m for b in bases for m in (b, *(f"{b}+{s}" for s in JDFL_SCHEMES))),
+                **common,
+            )
+        )
         out.append(Experiment(f"JDFL/{short}/ablation", methods=("FedAvg+expanded-hard",), **common))
-        out.append(Experiment(f"JDFL/{short}/replicate", methods=tuple(f"{b}+{s}(init=replicate)" for b in bases for s in JDFL_SCHEMES),
-                              **common))
-        out.append(Experiment(f"JDFL/{short}/random_per_sample", methods=tuple(f"{b}+jdfl-random(draw=sample)" for b in bases),
-                              **common))
-        out.append(Experiment(f"JDFL/{short}/m_sweep", methods=tuple(f"FedAvg+{s}(M={m})" for m in JDFL_SLOT_SWEEP for s in JDFL_SCHEMES), **common))
-    out.append(Experiment("JDFL/pacs/discovery", family="domain", dataset="pacs", clients_per_cluster=5, kind="discovery", preset="jdfl",
-                          methods=tuple(f"discovery(e0={e},batch={b},layers={lay})" for b in DISCOVERY_GRID["batch"]
-                                        for e in DISCOVERY_GRID["e0"] for lay in DISCOVERY_GRID["layers"])))
+        out.append(
+            Experiment(
+                f"JDFL/{short}/replicate",
+                methods=tuple(f"{b}+{s}(init=replicate)" for b in bases for s in JDFL_SCHEMES),
+                **common,
+            )
+        )
+        out.append(
+            Experiment(
+                f"JDFL/{short}/random_per_sample",
+                methods=tuple(f"{b}+jdfl-random(draw=sample)" for b in bases),
+                **common,
+            )
+        )
+        out.append(
+            Experiment(
+                f"JDFL/{short}/m_sweep",
+                methods=tuple(f"FedAvg+{s}(M={m})" for m in JDFL_SLOT_SWEEP for s in JDFL_SCHEMES),
+                **common,
+            )
+        )
+    out.append(
+        Experiment(
+            "JDFL/pacs/discovery",
+            family="domain",
+            dataset="pacs",
+            clients_per_cluster=5,
+            kind="discovery",
+            preset="jdfl",
+            methods=tuple(
+                f"discovery(e0={e},batch={b},layers={lay})"
+                for b in DISCOVERY_GRID["batch"]
+                for e in DISCOVERY_GRID["e0"]
+                for lay in DISCOVERY_GRID["layers"]
+            ),
+        )
+    )
     return out
 
 

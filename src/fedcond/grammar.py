@@ -112,8 +112,9 @@ def _literal(text: str):
     return text
 
 
-def parse_variant(name: str, cls: type, options: tuple[str, ...],
-                  text_options: tuple[str, ...] = ()) -> tuple[str, dict]:
+def parse_variant(
+    name: str, cls: type, options: tuple[str, ...], text_options: tuple[str, ...] = ()
+) -> tuple[str, dict]:
     """`PRESET[key=value,...]` -> (preset, changes): keys in `options` read as `cls`'s fields, keys in
     `text_options` kept as text (they may hold commas). No brackets: (name, {})."""
     preset, _, rest = name.partition("[")

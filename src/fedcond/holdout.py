@@ -46,13 +46,17 @@ def hold_out(scenario: Scenario, per_cluster: int) -> tuple[Scenario, Unseen]:
     for k in range(truth.num_clusters):
         members = np.flatnonzero(truth.cluster == k)
         if len(members) <= per_cluster:
-            raise FedcondError(f"--holdout-clients {per_cluster}: cluster {k} has only {len(members)} clients; "
-                               "at least one must stay in training")
+            raise FedcondError(
+                f"--holdout-clients {per_cluster}: cluster {k} has only {len(members)} clients; "
+                "at least one must stay in training"
+            )
         held += members[-per_cluster:].tolist()
     held = sorted(held)
     kept = [i for i in range(fed.num_clients) if i not in set(held)]
-    train = Scenario(dataclasses.replace(fed, clients=tuple(fed.clients[i] for i in kept)),
-                     dataclasses.replace(truth, cluster=truth.cluster[kept]))
+    train = Scenario(
+        dataclasses.replace(fed, clients=tuple(fed.clients[i] for i in kept)),
+        dataclasses.replace(truth, cluster=truth.cluster[kept]),
+    )
     return train, Unseen(tuple(held), tuple(fed.clients[i] for i in held), truth.cluster[held], tuple(kept))
 
 
@@ -72,8 +76,9 @@ def unseen_statistics(ctx: Context, protocol: Protocol, unseen: Unseen, train_ra
     return torch.as_tensor(S.normalise_with(raw, train_raw, protocol.stats_normalisation), dtype=torch.float32)
 
 
-def evaluate_unseen(ctx: Context, alg: Algorithm, state: State, unseen: Unseen, train_cluster: np.ndarray,
-                    stats: torch.Tensor | None) -> dict:
+def evaluate_unseen(
+    ctx: Context, alg: Algorithm, state: State, unseen: Unseen, train_cluster: np.ndarray, stats: torch.Tensor | None
+) -> dict:
     """{"unseen_accuracy", "unseen_per_client", "unseen_clients"}; empty where the method has no
     model for a newcomer."""
     model = ctx.spec(alg.conditioned).build()
@@ -89,5 +94,8 @@ def evaluate_unseen(ctx: Context, alg: Algorithm, state: State, unseen: Unseen, 
         s = stats[j].expand(client.n_test, -1) if alg.conditioned else None
         pred = predict(model, params, client.x_test, s, scores=ctx.scores)
         per_client.append(float((pred == client.y_test).float().mean()) if client.n_test else 0.0)
-    return {"unseen_accuracy": float(np.mean(per_client)), "unseen_per_client": per_client,
-            "unseen_clients": list(unseen.ids)}
+    return {
+        "unseen_accuracy": float(np.mean(per_client)),
+        "unseen_per_client": per_client,
+        "unseen_clients": list(unseen.ids),
+    }

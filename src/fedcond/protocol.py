@@ -26,9 +26,13 @@ class Protocol:
     conditioning: str = "concat"  # concat (paper) | film (ablation)
     encoder_source: str | None = None  # CIFAR phi: the cross-trained encoder's source; None = the paper's
     #   partner (cifar10 <- cifar100, cifar100 <- cifar10); on machines without CIFAR-100 use pacs32
-    statistic: str = "eigenvalues"  # what conditioned models receive (stats.STATISTICS); random: the fingerprint control
+    statistic: str = (
+        "eigenvalues"  # what conditioned models receive (stats.STATISTICS); random: the fingerprint control
+    )
     holdout_clients: int = 0  # per true cluster, kept out of training and evaluated as newcomers (holdout.py)
-    eval_every: int = 0  # evaluate every this many rounds (and after the last): the curve, best-round accuracy; 0: final only
+    eval_every: int = (
+        0  # evaluate every this many rounds (and after the last): the curve, best-round accuracy; 0: final only
+    )
 
     @property
     def rounds(self) -> int:

@@ -113,6 +113,8 @@ def _check_reachable(address: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
     except (OSError, ValueError) as e:
         via = " (from RAY_ADDRESS or the address file a `ray start` left)" if address == "auto" else ""
-        raise FedcondError(f"--ray {address}: no Ray cluster answers at {hostport}{via}: "
-                           f"{getattr(e, 'strerror', None) or _first_line(e)}; start one (ray start --head) "
-                           "or use --ray local") from None
+        raise FedcondError(
+            f"--ray {address}: no Ray cluster answers at {hostport}{via}: "
+            f"{getattr(e, 'strerror', None) or _first_line(e)}; start one (ray start --head) "
+            "or use --ray local"
+        ) from None

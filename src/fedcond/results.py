@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS runs (
     accuracy_std REAL,      -- spread over clients
     weighted_accuracy REAL, -- over all test samples
     per_client TEXT,        -- JSON list, client order of the scenario
-    extra TEXT NOT NULL,             -- JSON: e.g. ARI for clustering methods, the curve, test_hits (results.unpack_hits)
+    extra TEXT NOT NULL,             -- JSON: e.g. ARI of clustering methods, the curve, test_hits (unpack_hits)
     rounds INTEGER,
     seconds REAL,
     device TEXT NOT NULL,
@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS runs (
     git_rev TEXT NOT NULL
 );
 -- a sweep cell is finished at most once: resuming skips it, a crash never duplicates it
-CREATE UNIQUE INDEX IF NOT EXISTS runs_cell ON runs (experiment, method, seed, protocol_name) WHERE experiment IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS runs_cell ON runs (experiment, method, seed, protocol_name)
+    WHERE experiment IS NOT NULL;
 -- rows made under a default that has since changed: kept whole (JSON), out of every table and sweep
 CREATE TABLE IF NOT EXISTS superseded (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -80,7 +81,8 @@ def connect(path: str | Path | None = None) -> sqlite3.Connection:
     elif int(row[0]) != SCHEMA_VERSION:
         con.close()
         raise FedcondError(
-            f"results database {path} has schema version {row[0]}, this fedcond writes version {SCHEMA_VERSION}; use another --db"
+            f"results database {path} has schema version {row[0]}, this "
+            f"fedcond writes version {SCHEMA_VERSION}; use another --db"
         )
     return con
 
@@ -115,27 +117,60 @@ def versions() -> dict:
     from .engine import denormals
     from .models.cpu_kernels.build import cpu_model, vector_isa
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__, "fedcond": __version__,
-            "cpu": f"{cpu_model()} ({vector_isa()}; torch uses {torch.backends.cpu.get_cpu_capability().lower()})",
-            "denormals": "flush" if denormals.apply() == "flushed" else "keep"}  # what computes here (CPU)
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "fedcond": __version__,
+        "cpu": f"{cpu_model()} ({vector_isa()}; torch uses {torch.backends.cpu.get_cpu_capability().lower()})",
+        "denormals": "flush" if denormals.apply() == "flushed" else "keep",
+    }  # what computes here (CPU)
     # wall times differ by CPU, even between machines of one kind, and by the ISA torch was allowed
 
 
-def run_row(*, family, dataset, scenario: dict, method, seed, protocol: dict, result, experiment: str | None = None,
-            protocol_name: str | None = None, device: str = "cpu", status: str = "ok", error: str | None = None,
-            ran_with: dict | None = None) -> dict:
+def run_row(
+    *,
+    family,
+    dataset,
+    scenario: dict,
+    method,
+    seed,
+    protocol: dict,
+    result,
+    experiment: str | None = None,
+    protocol_name: str | None = None,
+    device: str = "cpu",
+    status: str = "ok",
+    error: str | None = None,
+    ran_with: dict | None = None,
+) -> dict:
     """One finished (or failed: result None, status 'failed', error) run as a row of the runs table:
     column -> value, the JSON columns as Python values. ran_with: versions() where the run computed,
     if not in this process (a Ray node)."""
     r = result
     return {
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "experiment": experiment, "protocol_name": protocol_name,
-        "status": status, "error": error, "family": family, "dataset": dataset, "scenario": scenario, "method": method,
-        "seed": seed, "protocol": protocol, "hyperparameters": r.hyperparameters if r else {},
-        "accuracy": r.accuracy if r else None, "accuracy_std": r.accuracy_std if r else None,
-        "weighted_accuracy": r.weighted_accuracy if r else None, "per_client": r.per_client if r else None,
-        "extra": r.extra if r else {}, "rounds": r.rounds if r else None, "seconds": r.seconds if r else None,
-        "device": device, "versions": ran_with or versions(), "git_rev": git_revision(),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "experiment": experiment,
+        "protocol_name": protocol_name,
+        "status": status,
+        "error": error,
+        "family": family,
+        "dataset": dataset,
+        "scenario": scenario,
+        "method": method,
+        "seed": seed,
+        "protocol": protocol,
+        "hyperparameters": r.hyperparameters if r else {},
+        "accuracy": r.accuracy if r else None,
+        "accuracy_std": r.accuracy_std if r else None,
+        "weighted_accuracy": r.weighted_accuracy if r else None,
+        "per_client": r.per_client if r else None,
+        "extra": r.extra if r else {},
+        "rounds": r.rounds if r else None,
+        "seconds": r.seconds if r else None,
+        "device": device,
+        "versions": ran_with or versions(),
+        "git_rev": git_revision(),
     }
 
 
@@ -144,10 +179,13 @@ _JSON_COLUMNS = ("scenario", "protocol", "hyperparameters", "per_client", "extra
 
 def save_row(con: sqlite3.Connection, row: dict) -> int:
     """Insert one run_row in its own transaction; returns its id."""
-    values = {k: (None if v is None else json.dumps(v, sort_keys=True)) if k in _JSON_COLUMNS else v for k, v in row.items()}
+    values = {
+        k: (None if v is None else json.dumps(v, sort_keys=True)) if k in _JSON_COLUMNS else v for k, v in row.items()
+    }
     with con:
-        cur = con.execute(f"INSERT INTO runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
-                          tuple(values.values()))
+        cur = con.execute(
+            f"INSERT INTO runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})", tuple(values.values())
+        )
     return int(cur.lastrowid)
 
 
@@ -171,9 +209,19 @@ def supersede(con: sqlite3.Connection, where: str, params: tuple, reason: str) -
         rows = con.execute(f"SELECT * FROM runs WHERE {where}", params).fetchall()
         with con:
             for r in rows:
-                con.execute("INSERT INTO superseded (superseded_at, reason, experiment, method, seed, protocol_name, run) "
-                            "VALUES (?,?,?,?,?,?,?)", (time.strftime("%Y-%m-%dT%H:%M:%S%z"), reason, r["experiment"],
-                                                       r["method"], r["seed"], r["protocol_name"], json.dumps(dict(r))))
+                con.execute(
+                    "INSERT INTO superseded (superseded_at, reason, experiment, method, seed, protocol_name, run) "
+                    "VALUES (?,?,?,?,?,?,?)",
+                    (
+                        time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        reason,
+                        r["experiment"],
+                        r["method"],
+                        r["seed"],
+                        r["protocol_name"],
+                        json.dumps(dict(r)),
+                    ),
+                )
                 con.execute("DELETE FROM runs WHERE id = ?", (r["id"],))
     finally:
         con.row_factory = None

@@ -70,12 +70,20 @@ def _run_in_worker(method: str, protocol: Protocol, seed: int, checkpoint: Check
         raise ScenarioUnavailable(_worker["unavailable"])
     q = _worker["queue"]
     spec = _worker["spec"]
-    return run_method(_worker["scenario"], method, protocol, seed, on_round=lambda r, s: q.put((method, r)), data_dir=spec.data_dir,
-                      checkpoint=checkpoint)
+    return run_method(
+        _worker["scenario"],
+        method,
+        protocol,
+        seed,
+        on_round=lambda r, s: q.put((method, r)),
+        data_dir=spec.data_dir,
+        checkpoint=checkpoint,
+    )
 
 
-def checkpoint_for(directory, spec: ScenarioSpec, method: str, protocol: Protocol, seed: int,
-                   every_seconds: float = EVERY_SECONDS) -> Checkpoint | None:
+def checkpoint_for(
+    directory, spec: ScenarioSpec, method: str, protocol: Protocol, seed: int, every_seconds: float = EVERY_SECONDS
+) -> Checkpoint | None:
     """The checkpoint of one run in `directory` (None: no checkpoints), named by what makes the run."""
     if directory is None:
         return None
@@ -112,14 +120,18 @@ def run_methods(
     fewer, they run one after another and their clients are spread over the workers instead.
     """
     if workers <= 1 or len(methods) < workers or device != "cpu":
-        yield from _run_in_process(spec, methods, protocol, seed, workers, on_round, device, failures, scenario,
-                                   checkpoints, checkpoint_every)
+        yield from _run_in_process(
+            spec, methods, protocol, seed, workers, on_round, device, failures, scenario, checkpoints, checkpoint_every
+        )
     else:
-        yield from _run_in_pool(spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every)
+        yield from _run_in_pool(
+            spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every
+        )
 
 
-def _run_in_process(spec, methods, protocol, seed, workers, on_round, device, failures, scenario, checkpoints,
-                    checkpoint_every) -> Iterator[MethodResult | Failure]:
+def _run_in_process(
+    spec, methods, protocol, seed, workers, on_round, device, failures, scenario, checkpoints, checkpoint_every
+) -> Iterator[MethodResult | Failure]:
     """One method after another in this process; their clients spread over `workers` (the engine's pool)."""
     torch.set_num_threads(1)
     scenario = scenario if scenario is not None else spec.build()
@@ -128,8 +140,16 @@ def _run_in_process(spec, methods, protocol, seed, workers, on_round, device, fa
         for m in methods:
             ckpt = checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every)
             try:
-                yield run_method(scenario, m, protocol, seed, engine=engine, data_dir=spec.data_dir,
-                                 on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None, checkpoint=ckpt)
+                yield run_method(
+                    scenario,
+                    m,
+                    protocol,
+                    seed,
+                    engine=engine,
+                    data_dir=spec.data_dir,
+                    on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None,
+                    checkpoint=ckpt,
+                )
             except FedcondError as e:
                 if failures != "return":
                     raise
@@ -143,14 +163,17 @@ def _run_in_process(spec, methods, protocol, seed, workers, on_round, device, fa
         engine.close()
 
 
-def _run_in_pool(spec, methods, protocol, seed, workers, on_round, failures, checkpoints,
-                 checkpoint_every) -> Iterator[MethodResult | Failure]:
+def _run_in_pool(
+    spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every
+) -> Iterator[MethodResult | Failure]:
     """Methods side by side, one per worker process; results in completion order."""
     ctx = mp.get_context("spawn")
     manager = SyncManager(ctx=ctx)  # ctx.Manager(), with its server process dying with us too
     manager.start(die_with_parent)
     progress = manager.Queue()
-    pool = ProcessPoolExecutor(min(workers, len(methods)), mp_context=ctx, initializer=_init_worker, initargs=(spec, progress))
+    pool = ProcessPoolExecutor(
+        min(workers, len(methods)), mp_context=ctx, initializer=_init_worker, initargs=(spec, progress)
+    )
     with pool:
         ckpts = {m: checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every) for m in methods}
         futures = {pool.submit(_run_in_worker, m, protocol, seed, ckpts[m]): m for m in methods}

@@ -64,8 +64,10 @@ def encode(obj) -> tuple[str, dict[str, torch.Tensor]]:
             return {"d": [[enc(k), enc(v)] for k, v in x.items()]}
         if dataclasses.is_dataclass(x) and not isinstance(x, type) and type(x).__module__.split(".")[0] == "fedcond":
             cls = type(x)
-            return {"C": f"{cls.__module__}:{cls.__qualname__}",
-                    "f": {f.name: enc(getattr(x, f.name)) for f in dataclasses.fields(x)}}
+            return {
+                "C": f"{cls.__module__}:{cls.__qualname__}",
+                "f": {f.name: enc(getattr(x, f.name)) for f in dataclasses.fields(x)},
+            }
         raise TypeError(f"cannot store a {type(x).__module__}.{type(x).__qualname__} as data")
 
     return json.dumps(enc(obj)), tensors
@@ -132,9 +134,16 @@ def read(path, mmap: bool = False) -> tuple[dict, str, dict]:
     except FileNotFoundError:
         raise
     except Exception as e:  # noqa: BLE001 - refused by the weights-only reader, torn, or no torch file at all
-        raise NotSafeState(f"is not a readable fedcond safe-state file and was not loaded ({type(e).__name__})") from None
-    if not (isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("json"), str)
-            and isinstance(data.get("header"), str) and isinstance(data.get("tensors"), dict)):
+        raise NotSafeState(
+            f"is not a readable fedcond safe-state file and was not loaded ({type(e).__name__})"
+        ) from None
+    if not (
+        isinstance(data, dict)
+        and data.get("format") == FORMAT
+        and isinstance(data.get("json"), str)
+        and isinstance(data.get("header"), str)
+        and isinstance(data.get("tensors"), dict)
+    ):
         raise NotSafeState("is not a fedcond safe-state file")
     try:
         header = json.loads(data["header"])

@@ -81,8 +81,15 @@ def ari(assignment, truth_cluster) -> float:
     return float(adjusted_rand_score(np.asarray(truth_cluster), np.asarray(assignment)))
 
 
-def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: int = 0,
-                 engine: Engine | None = None, stats: torch.Tensor | None = None, data_dir=None) -> Context:
+def make_context(
+    scenario: Scenario,
+    alg: Algorithm,
+    protocol: Protocol,
+    seed: int = 0,
+    engine: Engine | None = None,
+    stats: torch.Tensor | None = None,
+    data_dir=None,
+) -> Context:
     """What `alg` may see of `scenario`: the clients' data, the model specs, the engine; the
     statistics only if it is conditioned, the true clusters only if it is an oracle."""
     fed = scenario.federation
@@ -92,9 +99,13 @@ def make_context(scenario: Scenario, alg: Algorithm, protocol: Protocol, seed: i
     return Context(
         federation=fed,
         plain_model=plain,
-        conditioned_model=(dataclasses.replace(plain, stat_dim=S.statistic_dim(protocol.statistic, protocol.num_eigenvalues,
-                                                                                fed.num_classes))
-                           if alg.conditioned else None),
+        conditioned_model=(
+            dataclasses.replace(
+                plain, stat_dim=S.statistic_dim(protocol.statistic, protocol.num_eigenvalues, fed.num_classes)
+            )
+            if alg.conditioned
+            else None
+        ),
         engine=engine or make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size)),
         seed=seed,
         local_epochs=protocol.local_epochs if alg.federated else 1,
@@ -117,9 +128,16 @@ class PreparedRun:
     train_raw: np.ndarray | None = None  # the training clients' raw statistics (a newcomer is normalised with them)
 
 
-def prepare_run(scenario: Scenario, method: "str | Algorithm", protocol: Protocol, seed: int = 0,
-                stats: torch.Tensor | None = None, hyper: dict | None = None, engine: Engine | None = None,
-                data_dir=None) -> PreparedRun:
+def prepare_run(
+    scenario: Scenario,
+    method: "str | Algorithm",
+    protocol: Protocol,
+    seed: int = 0,
+    stats: torch.Tensor | None = None,
+    hyper: dict | None = None,
+    engine: Engine | None = None,
+    data_dir=None,
+) -> PreparedRun:
     """Everything before the first round: the algorithm, the hold-out, the statistics, the context."""
     if isinstance(method, str):
         alg = make_algorithm(method, num_clusters=scenario.truth.num_clusters, **(hyper or {}))
@@ -137,9 +155,15 @@ def prepare_run(scenario: Scenario, method: "str | Algorithm", protocol: Protoco
     return PreparedRun(name, alg, scenario, ctx, unseen, train_raw)
 
 
-def run_rounds(alg: Algorithm, ctx: Context, state: State, rounds: range, name: str,
-               before: Callable[[int], None] | None = None,
-               after: Callable[[int, State], None] | None = None) -> State:
+def run_rounds(
+    alg: Algorithm,
+    ctx: Context,
+    state: State,
+    rounds: range,
+    name: str,
+    before: Callable[[int], None] | None = None,
+    after: Callable[[int, State], None] | None = None,
+) -> State:
     """The round loop, the simulator's and the Flower server's: round r for r in `rounds`, a stop
     at the first training loss that is not finite, then `after(r, state)` (the caller's evaluation,
     checkpoint, progress). `before(r)`: what the caller does as the round starts (Flower names
@@ -182,7 +206,8 @@ def run_method(
         first, state, curve, earlier = resumed.rounds_done, resumed.state, resumed.curve, resumed.seconds
     else:
         first, state, earlier = 0, alg.init(ctx), 0.0
-        curve = []  # [round, mean accuracy over clients, over all test samples] every eval_every rounds and after the last
+        # [round, mean accuracy over clients, over all test samples] every eval_every rounds and after the last
+        curve = []
 
     def after(r: int, state: State) -> None:
         if protocol.eval_every and ((r + 1) % protocol.eval_every == 0 or r + 1 == rounds):
@@ -194,8 +219,9 @@ def run_method(
             on_round(r, state)
 
     state = run_rounds(alg, ctx, state, range(first, rounds), run.name, after=after)
-    per_client, weighted, extra = final_evaluation(run, state, curve, protocol, data_dir, seed,
-                                                   resumed_after=first if resumed is not None else None)
+    per_client, weighted, extra = final_evaluation(
+        run, state, curve, protocol, data_dir, seed, resumed_after=first if resumed is not None else None
+    )
     return MethodResult(
         method=run.name,
         accuracy=float(np.mean(per_client)),
@@ -210,8 +236,15 @@ def run_method(
     )
 
 
-def final_evaluation(run: PreparedRun, state: State, curve: list, protocol: Protocol, data_dir=None, seed: int = 0,
-                     resumed_after: int | None = None) -> tuple[list[float], float, dict]:
+def final_evaluation(
+    run: PreparedRun,
+    state: State,
+    curve: list,
+    protocol: Protocol,
+    data_dir=None,
+    seed: int = 0,
+    resumed_after: int | None = None,
+) -> tuple[list[float], float, dict]:
     """Accuracy of every client, over all test samples, and the result's extra: the method's own
     metrics, which test samples were right, per true cluster, the models it keeps beside the
     assigned ones, the curve's best, the newcomers' accuracy and how well it found the clusters."""
@@ -222,7 +255,9 @@ def final_evaluation(run: PreparedRun, state: State, curve: list, protocol: Prot
     extra = dict(state.metrics)
     extra["test_hits"] = pack_hits(hits)  # which test samples were right (results.unpack_hits)
     if resumed_after is not None:
-        extra["resumed_after_round"] = resumed_after  # rounds 1..resumed_after ran in an earlier process (seconds count both)
+        extra["resumed_after_round"] = (
+            resumed_after  # rounds 1..resumed_after ran in an earlier process (seconds count both)
+        )
     extra["cluster_accuracy"] = cluster_accuracy(run.scenario, per_client)
     extra["cluster_of_client"] = [truth.cluster_names[k] for k in truth.cluster]
     for name, index in state.alternates.items():  # another model the method keeps (FedDyn's theta)
@@ -230,7 +265,9 @@ def final_evaluation(run: PreparedRun, state: State, curve: list, protocol: Prot
         extra[f"{name}_accuracy"] = float(np.mean(evaluate(eval_ctx, other, alg.conditioned)[0]))
     extra.update(best_of_curve(curve))
     if run.unseen is not None:
-        s_new = unseen_statistics(run.ctx, protocol, run.unseen, run.train_raw, data_dir, seed) if alg.conditioned else None
+        s_new = (
+            unseen_statistics(run.ctx, protocol, run.unseen, run.train_raw, data_dir, seed) if alg.conditioned else None
+        )
         extra.update(evaluate_unseen(eval_ctx, alg, state, run.unseen, truth.cluster, s_new))
     if state.clusters is not None:  # clustering methods: how well they recovered the true clusters
         extra["ari"] = ari(state.clusters, truth.cluster)
@@ -243,5 +280,10 @@ def best_of_curve(curve: list) -> dict:
         return {}
     best = max(range(len(curve)), key=lambda j: curve[j][1])
     best_w = max(range(len(curve)), key=lambda j: curve[j][2])
-    return dict(curve=curve, best_round=curve[best][0], best_accuracy=curve[best][1],
-                best_weighted_round=curve[best_w][0], best_weighted_accuracy=curve[best_w][2])
+    return dict(
+        curve=curve,
+        best_round=curve[best][0],
+        best_accuracy=curve[best][1],
+        best_weighted_round=curve[best_w][0],
+        best_weighted_accuracy=curve[best_w][2],
+    )

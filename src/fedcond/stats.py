@@ -32,7 +32,9 @@ def design_matrix(features: torch.Tensor, labels: torch.Tensor, num_classes: int
     return torch.cat([features.to(torch.float64), onehot], dim=1)  # [n, d]
 
 
-def top_eigenvalues(z: torch.Tensor, l: int = DEFAULT_NUM_EIGENVALUES, method: str = "exact", seed: int = 0) -> np.ndarray:
+def top_eigenvalues(
+    z: torch.Tensor, l: int = DEFAULT_NUM_EIGENVALUES, method: str = "exact", seed: int = 0
+) -> np.ndarray:
     """Top-l eigenvalues (descending) of the sample covariance of z [n, d], zero-padded to l.
 
     exact: the d x d covariance and a symmetric eigensolver; exact, and fastest for moderate d.
@@ -56,7 +58,10 @@ def top_eigenvalues(z: torch.Tensor, l: int = DEFAULT_NUM_EIGENVALUES, method: s
         raise FedcondError(f"unknown eigenvalue method '{method}'; choose exact or randomized")
     rank_cap = min(n - 1, d) if n >= 2 else 0  # a centred n x d matrix has at most min(n-1, d) non-zero eigenvalues
     if rank_cap < l:
-        warnings.warn(f"client statistics: only {rank_cap} eigenvalues exist (n={n}, d={d}); padding to l={l} with zeros", stacklevel=2)
+        warnings.warn(
+            f"client statistics: only {rank_cap} eigenvalues exist (n={n}, d={d}); padding to l={l} with zeros",
+            stacklevel=2,
+        )
     out = np.zeros(l)
     m = min(l, len(vals), rank_cap)
     out[:m] = vals[:m]
@@ -79,7 +84,9 @@ def client_statistics(
 def random_vectors(client_ids: list[int], l: int, seed: int) -> np.ndarray:
     """The control statistic: one standard-normal vector per client, drawn from (seed, client id)
     alone; it uses no data, so it can only serve as a client fingerprint [N, l]."""
-    rows = [np.random.default_rng(np.random.SeedSequence([0xF1A6, seed, int(i)])).standard_normal(l) for i in client_ids]
+    rows = [
+        np.random.default_rng(np.random.SeedSequence([0xF1A6, seed, int(i)])).standard_normal(l) for i in client_ids
+    ]
     return np.stack(rows) if rows else np.zeros((0, l))
 
 
@@ -93,8 +100,9 @@ def public_projection(d: int, m: int = PROJECTIONS_PER_CLASS) -> torch.Tensor:
     return torch.randn(d, m, generator=g, dtype=torch.float64) / d**0.5
 
 
-def class_means(features: torch.Tensor, labels: torch.Tensor, num_classes: int,
-                m: int = PROJECTIONS_PER_CLASS) -> np.ndarray:
+def class_means(
+    features: torch.Tensor, labels: torch.Tensor, num_classes: int, m: int = PROJECTIONS_PER_CLASS
+) -> np.ndarray:
     """The class-means statistic of one client: its label frequencies (C values), then each class's
     mean feature vector projected onto the public basis (C x m values), in label order; a class the
     client does not hold gives zeros. [C * (1 + m)].
@@ -138,13 +146,21 @@ def _random_rows(xs, ys, ids, num_classes, l, phi, method, seed):
 # --statistic NAME: what a conditioned model receives (the paper's eigenvalues by default).
 # A new statistic is one row here: its width and its per-client computation.
 STATISTICS: dict[str, Statistic] = {
-    "eigenvalues": Statistic("top-l eigenvalues of the covariance of [phi(x), onehot(y)] (the paper's)",
-                             lambda l, c: l, _eigenvalue_rows),
-    "class_means": Statistic("label frequencies and class-mean features projected on a public random basis, in label order "
-                             "(sees label permutations and rotations)",
-                             lambda l, c: c * (1 + PROJECTIONS_PER_CLASS), _class_mean_rows),
-    "random": Statistic("control: a random vector per client from (seed, client id); no data used",
-                        lambda l, c: l, _random_rows, uses_data=False),
+    "eigenvalues": Statistic(
+        "top-l eigenvalues of the covariance of [phi(x), onehot(y)] (the paper's)", lambda l, c: l, _eigenvalue_rows
+    ),
+    "class_means": Statistic(
+        "label frequencies and class-mean features projected on a public random basis, in label order "
+        "(sees label permutations and rotations)",
+        lambda l, c: c * (1 + PROJECTIONS_PER_CLASS),
+        _class_mean_rows,
+    ),
+    "random": Statistic(
+        "control: a random vector per client from (seed, client id); no data used",
+        lambda l, c: l,
+        _random_rows,
+        uses_data=False,
+    ),
 }
 
 

@@ -50,8 +50,13 @@ class Cell:
         return self.experiment.spec(self.seed, data_dir, fraction, **scenario_options(self.protocol_name)), proto
 
 
-def plan(experiments: list[Experiment], methods: str | None, seeds: list[int], protocol_name: str | None,
-         changes: dict | None = None) -> list[Cell]:
+def plan(
+    experiments: list[Experiment],
+    methods: str | None,
+    seeds: list[int],
+    protocol_name: str | None,
+    changes: dict | None = None,
+) -> list[Cell]:
     """Every (experiment, method, seed) cell, once. `changes`: options on top of the preset
     `protocol_name` (None: each experiment's own, `paper` or `jdfl`), named per experiment by the
     ones that apply to it (experiments.cell_changes)."""
@@ -83,9 +88,19 @@ def _record(con, cell: Cell, spec, proto, res, counts: dict, ran_with: dict | No
     error = res.reason if isinstance(res, Failure) else None
     try:
         results.save_run(
-            con, family=exp.family, dataset=exp.dataset, scenario=spec.describe(), method=res.method, seed=cell.seed,
-            protocol=dataclasses.asdict(proto), result=None if error else res, experiment=exp.name,
-            protocol_name=cell.protocol_name, status="failed" if error else "ok", error=error, ran_with=ran_with,
+            con,
+            family=exp.family,
+            dataset=exp.dataset,
+            scenario=spec.describe(),
+            method=res.method,
+            seed=cell.seed,
+            protocol=dataclasses.asdict(proto),
+            result=None if error else res,
+            experiment=exp.name,
+            protocol_name=cell.protocol_name,
+            status="failed" if error else "ok",
+            error=error,
+            ran_with=ran_with,
         )
     except sqlite3.IntegrityError:
         if cell.key not in results.finished_cells(con):
@@ -102,7 +117,8 @@ def _not_run(counts: dict, group: list[Cell]) -> None:
     c = group[0]
     counts["unavailable"] = counts.get("unavailable", 0) + len(group)
     counts.setdefault("not_run", []).append(
-        f"{c.experiment.name} {','.join(g.method for g in group)} seed {c.seed} [{c.protocol_name}]")
+        f"{c.experiment.name} {','.join(g.method for g in group)} seed {c.seed} [{c.protocol_name}]"
+    )
 
 
 def _drop_recorded_meanwhile(con, group: list[Cell], counts: dict, log) -> list[Cell]:
@@ -134,9 +150,16 @@ class _Options:
     checkpoint_every: float | None
 
 
-def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, workers: int | None = None,
-              progress: bool = True, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-              ray_address: str | None = None, checkpoint_every: float | None = EVERY_SECONDS) -> dict:
+def run_sweep(
+    cells: list[Cell],
+    db: str | None,
+    data_dir: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+    ray_address: str | None = None,
+    checkpoint_every: float | None = EVERY_SECONDS,
+) -> dict:
     """Run every cell not in `db`; returns counts {planned, skipped, ran, failed}, and {unavailable,
     not_run} where cells could not start (their names in not_run).
 
@@ -151,7 +174,10 @@ def run_sweep(cells: list[Cell], db: str | None, data_dir: str | None = None, wo
     if checkpoint_every is not None and checkpoint_every <= 0:
         checkpoint_every = None
     _remove_finished_checkpoints([c for c in cells if c.key in done], db, data_dir)
-    log(f"sweep: {len(cells)} cells, {counts['skipped']} already in {db or results.default_db_path()}, {len(todo)} to run")
+    log(
+        f"sweep: {len(cells)} cells, {counts['skipped']} already "
+        f"in {db or results.default_db_path()}, {len(todo)} to run"
+    )
     opts = _Options(db, data_dir, workers or default_workers(), progress, ray_address, checkpoint_every)
     try:
         for kind, runner in KINDS.items():
@@ -191,13 +217,25 @@ def _run_training(con, todo: list[Cell], opts: _Options, counts: dict, log) -> N
             start = time.perf_counter()
             try:
                 by_method = {c.method: c for c in group}
-                for res in run_methods(spec, methods, proto, seed, opts.workers,
-                                       on_round=lambda m, r: bar.update(1), failures="return",
-                                       checkpoints=None if checkpoint_every is None else checkpoint_dir(db),
-                                       checkpoint_every=checkpoint_every or EVERY_SECONDS):
+                for res in run_methods(
+                    spec,
+                    methods,
+                    proto,
+                    seed,
+                    opts.workers,
+                    on_round=lambda m, r: bar.update(1),
+                    failures="return",
+                    checkpoints=None if checkpoint_every is None else checkpoint_dir(db),
+                    checkpoint_every=checkpoint_every or EVERY_SECONDS,
+                ):
                     acc = _record(con, by_method[res.method], spec, proto, res, counts)
-                    bar.write(f"  {name} {res.method} seed {seed} [{pname}]: {acc} (at {time.perf_counter() - start:.0f} s)", file=sys.stderr)
-            except FedcondError as e:  # the scenario cannot be built (e.g. data missing): not recorded, so a rerun retries
+                    bar.write(
+                        f"  {name} {res.method} seed {seed} [{pname}]: {acc} (at {time.perf_counter() - start:.0f} s)",
+                        file=sys.stderr,
+                    )
+            except (
+                FedcondError
+            ) as e:  # the scenario cannot be built (e.g. data missing): not recorded, so a rerun retries
                 _not_run(counts, group)
                 bar.write(f"  {name} seed {seed} [{pname}]: not run: {e}", file=sys.stderr)
     finally:
@@ -243,8 +281,11 @@ def _run_discovery(con, cells: list[Cell], opts: _Options, counts: dict, log) ->
             scenario = spec.build()
             for res in run_cells(scenario, [c.method for c in group], proto, seed, opts.workers):
                 _record(con, by_method[res.method], spec, proto, res, counts)
-                log(f"  {name} {res.method} seed {seed} [{pname}]: ARI {res.extra['ari']:.3f} (M={res.extra['true_domains']}), "
-                    f"elbow M={res.extra['elbow']}")
+                log(
+                    f"  {name} {res.method} seed {seed} [{pname}]: ARI "
+                    f"{res.extra['ari']:.3f} (M={res.extra['true_domains']}), "
+                    f"elbow M={res.extra['elbow']}"
+                )
         except FedcondError as e:
             _not_run(counts, group)
             log(f"  {name} seed {seed} [{pname}]: not run: {e}")
@@ -291,8 +332,11 @@ def _run_study(con, cells: list[Cell], opts: _Options, counts: dict, log, device
         except sqlite3.IntegrityError:  # another sweep recorded one in the instant between the check and here
             log(f"  {name} seed {seed} [{pname}]: some cells {RECORDED_ELSEWHERE}")
         counts["ran"] += len(res)
-        log(f"  {name} seed {seed} [{pname}]: " + ", ".join(f"{m} {r.accuracy:.4f}" for m, r in res.items())
-            + f" ({time.perf_counter() - start:.0f} s)")
+        log(
+            f"  {name} seed {seed} [{pname}]: "
+            + ", ".join(f"{m} {r.accuracy:.4f}" for m, r in res.items())
+            + f" ({time.perf_counter() - start:.0f} s)"
+        )
 
 
 # Who runs a cell, by its experiment's kind (Experiment.kind), in this order: JDFL's discovery grid,

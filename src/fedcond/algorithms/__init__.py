@@ -18,6 +18,35 @@ from .pooled import Conditional, Local, Oracle
 from .registry import ALGORITHMS, DEFAULT_METHODS, JDFL_BASES, PAPER_METHODS, PLUGIN_ARGS, PLUGINS
 from .scaffold import Scaffold
 
-__all__ = ["ALGORITHMS", "JDFL_BASES", "PLUGINS", "PLUGIN_ARGS", "canonical_name", "parse_call", "parse_composite",
-           "DEFAULT_METHODS", "PAPER_METHODS", "Algorithm", "Context", "State", "hyperparameters", "make_algorithm",
-           "resolve_methods"]
+__all__ = [
+    "DAC",
+    "DACLoss",
+    "Ditto",
+    "ConditionalFedAvg",
+    "FedAvg",
+    "FedDC",
+    "FedDyn",
+    "FedProc",
+    "FedProx",
+    "Gossip",
+    "IFCA",
+    "Conditional",
+    "Local",
+    "Oracle",
+    "Scaffold",
+    "ALGORITHMS",
+    "JDFL_BASES",
+    "PLUGINS",
+    "PLUGIN_ARGS",
+    "canonical_name",
+    "parse_call",
+    "parse_composite",
+    "DEFAULT_METHODS",
+    "PAPER_METHODS",
+    "Algorithm",
+    "Context",
+    "State",
+    "hyperparameters",
+    "make_algorithm",
+    "resolve_methods",
+]

@@ -35,7 +35,9 @@ class Context:
     stats: torch.Tensor | None = None  # float32 [N, L] normalised client statistics
     truth: GroundTruth | None = None
     # A plug-in's hooks (set by a wrapper such as JDFL's; None: cross-entropy on the C classes, fresh draws):
-    loss_hook: Callable[[tuple[int, ...], tuple[int, ...]], Callable] | None = None  # (members, seed) -> (logits, y, x) -> loss
+    loss_hook: Callable[[tuple[int, ...], tuple[int, ...]], Callable] | None = (
+        None  # (members, seed) -> (logits, y, x) -> loss
+    )
     scores: Callable[[torch.Tensor], torch.Tensor] | None = None  # the model's outputs -> class scores, at prediction
     initial_params: Params | None = None  # every model starts from these; None: drawn
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
@@ -70,7 +72,9 @@ class Context:
             else:
                 x = torch.cat([c.x_train for c in cs])  # [n, C, H, W]
                 y = torch.cat([c.y_train for c in cs])  # [n]
-            s = torch.cat([self.client_stats(i, c.n_train) for i, c in zip(members, cs)]) if conditioned else None  # [n, L]
+            s = (
+                torch.cat([self.client_stats(i, c.n_train) for i, c in zip(members, cs)]) if conditioned else None
+            )  # [n, L]
             self._cache[key] = (x, y, s)
         return self._cache[key]
 
@@ -84,7 +88,9 @@ class Context:
         x, y, s = self.pooled(members, conditioned)
         if kw.get("loss_fn") is None and self.loss_hook is not None:
             kw["loss_fn"] = HeadLoss(self.classification_loss(members, seed))
-        return Job(params=params, x=x, y=y, s=s, epochs=kw.pop("epochs", self.local_epochs), seed=(self.seed, *seed), **kw)
+        return Job(
+            params=params, x=x, y=y, s=s, epochs=kw.pop("epochs", self.local_epochs), seed=(self.seed, *seed), **kw
+        )
 
 
 @dataclass(frozen=True, eq=False)  # holds a loss: compared by identity
@@ -111,7 +117,9 @@ class State:
     round: int = 0
     train_loss: float = float("nan")
     metrics: dict[str, object] = field(default_factory=dict)  # reported with the result (Ditto's global-track loss)
-    alternates: dict[str, int] = field(default_factory=dict)  # name -> another model evaluated on every client (FedDyn's)
+    alternates: dict[str, int] = field(
+        default_factory=dict
+    )  # name -> another model evaluated on every client (FedDyn's)
     clusters: tuple[int, ...] | None = None  # the method's estimate of each client's cluster, scored by ARI (IFCA's)
     extra: dict = field(default_factory=dict)  # the algorithm's own learned state
 
@@ -143,7 +151,9 @@ class Replies:
 
     def average(self, uniform: bool = False) -> Params:
         """sum_i n_i theta_i / sum_i n_i over the replies; uniform: the plain mean (FedDyn's, FedDC's)."""
-        return weighted_average([res.params for res in self.results], np.ones(len(self.results)) if uniform else self.sizes)
+        return weighted_average(
+            [res.params for res in self.results], np.ones(len(self.results)) if uniform else self.sizes
+        )
 
     @property
     def loss(self) -> float:

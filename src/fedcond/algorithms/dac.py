@@ -108,8 +108,9 @@ class DAC(Algorithm):
         for i in range(n):
             mixing[i, [i, *neighbours[i]]] = 1.0
         models = tuple(mix(trained, mixing))
-        return State(models=models, assignment=state.assignment, round=r + 1, train_loss=loss,
-                     extra={"neighbours": neighbours})
+        return State(
+            models=models, assignment=state.assignment, round=r + 1, train_loss=loss, extra={"neighbours": neighbours}
+        )
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
@@ -162,8 +163,11 @@ class DACLoss(Algorithm):
 
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
-        return State(models=(ctx.init_params(self.conditioned),) * n, assignment=tuple(range(n)),
-                     extra={"priors": np.zeros((n, n)), "n_sampled": np.zeros((n, n), dtype=np.int64)})
+        return State(
+            models=(ctx.init_params(self.conditioned),) * n,
+            assignment=tuple(range(n)),
+            extra={"priors": np.zeros((n, n)), "n_sampled": np.zeros((n, n), dtype=np.int64)},
+        )
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
@@ -171,12 +175,15 @@ class DACLoss(Algorithm):
         trained, loss = _local_update(self, ctx, state, r)
         priors, counts = state.extra["priors"], state.extra["n_sampled"]  # [N, N] each, read only
         if m == 0:  # a single client has no one to talk to
-            return State(models=tuple(trained), assignment=state.assignment, round=r + 1, train_loss=loss,
-                         extra=state.extra)
+            return State(
+                models=tuple(trained), assignment=state.assignment, round=r + 1, train_loss=loss, extra=state.extra
+            )
 
         rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, SAMPLING, r]))
-        sampled = [tuple(int(j) for j in rng.choice(n, m, replace=False, p=sampling_probabilities(priors, i, self.tau)))
-                   for i in range(n)]
+        sampled = [
+            tuple(int(j) for j in rng.choice(n, m, replace=False, p=sampling_probabilities(priors, i, self.tau)))
+            for i in range(n)
+        ]
         items, own = [], self.aggregation == "softmax"
         for i in range(n):
             x, y, s = ctx.pooled((i,), self.conditioned)
@@ -195,5 +202,10 @@ class DACLoss(Algorithm):
             group = (i, *sampled[i])
             weights = softmax(self.tau * score) if own else sizes[list(group)]
             models.append(weighted_average([trained[j] for j in group], weights))
-        return State(models=tuple(models), assignment=state.assignment, round=r + 1, train_loss=loss,
-                     extra={"priors": new_priors, "n_sampled": new_counts, "sampled": tuple(sampled)})
+        return State(
+            models=tuple(models),
+            assignment=state.assignment,
+            round=r + 1,
+            train_loss=loss,
+            extra={"priors": new_priors, "n_sampled": new_counts, "sampled": tuple(sampled)},
+        )

@@ -75,23 +75,43 @@ class Ditto(Algorithm):
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
         w = state.models[0]
-        own = {} if self.global_momentum is None else {"sgd": dataclasses.replace(ctx.sgd, momentum=self.global_momentum)}
+        own = (
+            {} if self.global_momentum is None else {"sgd": dataclasses.replace(ctx.sgd, momentum=self.global_momentum)}
+        )
         global_jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i), **own) for i in range(n)]
         epochs = self.epochs_in_round(r)
         plain_sgd = dataclasses.replace(ctx.sgd, momentum=0.0)
-        personal_jobs = [
-            ctx.job(state.models[1 + i], (i,), self.conditioned, seed=(r, i, PERSONAL), epochs=epochs, sgd=plain_sgd,
-                    regulariser=Regulariser(mu=self.lam, anchor=w))
-            for i in range(n)
-        ] if epochs > 0 else []
+        personal_jobs = (
+            [
+                ctx.job(
+                    state.models[1 + i],
+                    (i,),
+                    self.conditioned,
+                    seed=(r, i, PERSONAL),
+                    epochs=epochs,
+                    sgd=plain_sgd,
+                    regulariser=Regulariser(mu=self.lam, anchor=w),
+                )
+                for i in range(n)
+            ]
+            if epochs > 0
+            else []
+        )
         results = ctx.engine.train(ctx.spec(self.conditioned), global_jobs + personal_jobs)
         global_res, personal_res = results[:n], results[n:]
-        global_track = aggregate(ctx, range(n), global_res)  # a client that dropped out (Flower) keeps its v_i, adds nothing to w
+        global_track = aggregate(
+            ctx, range(n), global_res
+        )  # a client that dropped out (Flower) keeps its v_i, adds nothing to w
         new_w, global_loss = global_track.average(), global_track.loss
         if personal_res:
             personal = tuple(state.models[1 + i] if res is None else res.params for i, res in enumerate(personal_res))
             loss = aggregate(ctx, range(n), personal_res).loss  # task loss, no lam term
         else:  # no personal epochs this round: v_i unchanged, report the global track's loss
             personal, loss = state.models[1:], global_loss
-        return State(models=(new_w, *personal), assignment=state.assignment, round=r + 1, train_loss=loss,
-                     metrics={"global_train_loss": global_loss})
+        return State(
+            models=(new_w, *personal),
+            assignment=state.assignment,
+            round=r + 1,
+            train_loss=loss,
+            metrics={"global_train_loss": global_loss},
+        )

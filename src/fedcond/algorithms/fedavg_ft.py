@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
 
 from ..engine import Job, Params
 from ..errors import FedcondError
@@ -47,19 +46,32 @@ class FedAvgFT(Algorithm):
             return new
         w = new.models[0]
         n = ctx.federation.num_clients
-        jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i, FINETUNE), epochs=self.finetune_epochs) for i in range(n)]
+        jobs = [
+            ctx.job(w, (i,), self.conditioned, seed=(r, i, FINETUNE), epochs=self.finetune_epochs) for i in range(n)
+        ]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         personal = tuple(w if res is None else res.params for res in results)  # a dropped-out client keeps w
         ft_loss = aggregate(ctx, tuple(range(n)), results).loss
         # models[0] is the global model; models[1 + i] is client i's fine-tuned one
-        return State(models=(w, *personal), assignment=tuple(range(1, n + 1)), round=new.round,
-                     train_loss=new.train_loss, metrics={"finetune_train_loss": ft_loss})
+        return State(
+            models=(w, *personal),
+            assignment=tuple(range(1, n + 1)),
+            round=new.round,
+            train_loss=new.train_loss,
+            metrics={"finetune_train_loss": ft_loss},
+        )
 
     def serve_newcomer(self, ctx: Context, state: State, client, client_id: int) -> Params:
         """The final global model fine-tuned on the newcomer's own training data, as every client did."""
         w = state.models[0]
         if self.finetune_epochs == 0:
             return w
-        job = Job(params=w, x=client.x_train, y=client.y_train, s=None, epochs=self.finetune_epochs,
-                  seed=(ctx.seed, FINETUNE, client_id))
+        job = Job(
+            params=w,
+            x=client.x_train,
+            y=client.y_train,
+            s=None,
+            epochs=self.finetune_epochs,
+            seed=(ctx.seed, FINETUNE, client_id),
+        )
         return ctx.engine.train(ctx.spec(self.conditioned), [job])[0].params

@@ -65,8 +65,9 @@ class FedDC(Algorithm):
         names = parameter_names(ctx.spec(self.conditioned))
         n = ctx.federation.num_clients
         zero = zeros_like_params(w, names)
-        return State(models=(w,), assignment=(0,) * n,
-                     extra={"g": zero, "g_clients": (zero,) * n, "drift": (zero,) * n})
+        return State(
+            models=(w,), assignment=(0,) * n, extra={"g": zero, "g_clients": (zero,) * n, "drift": (zero,) * n}
+        )
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         w = state.models[0]
@@ -96,11 +97,18 @@ class FedDC(Algorithm):
             scale = 1.0 / (lr * effective_steps(res.steps, beta))
             new_drift[i] = {p: drift[i][p] + delta[p] for p in names}
             new_g_clients[i] = {p: g_clients[i][p] - g[p] / wi - delta[p] * scale for p in names}
-        new_g = {p: g[p] + sum(float(weights[i]) * (new_g_clients[i][p] - g_clients[i][p]) for i in active) / n
-                 for p in names}
+        new_g = {
+            p: g[p] + sum(float(weights[i]) * (new_g_clients[i][p] - g_clients[i][p]) for i in active) / n
+            for p in names
+        }
 
         mean = replies.average(uniform=True)  # uniform over P
         mean_drift = {p: sum(d[p] for d in new_drift) / n for p in names}  # over all N clients
         new_w = {p: mean[p] + mean_drift[p] if p in mean_drift else mean[p] for p in mean}
-        return State(models=(new_w,), assignment=state.assignment, round=r + 1, train_loss=replies.loss,
-                     extra={"g": new_g, "g_clients": tuple(new_g_clients), "drift": tuple(new_drift)})
+        return State(
+            models=(new_w,),
+            assignment=state.assignment,
+            round=r + 1,
+            train_loss=replies.loss,
+            extra={"g": new_g, "g_clients": tuple(new_g_clients), "drift": tuple(new_drift)},
+        )

@@ -100,17 +100,29 @@ class FedDyn(Algorithm):
         names = tuple(h)
         alphas = self.client_alphas(ctx)
         active = participants(ctx, r, self.participation)
-        clip = {} if self.max_grad_norm is None else {"sgd": dataclasses.replace(ctx.sgd, max_grad_norm=self.max_grad_norm)}
+        clip = (
+            {}
+            if self.max_grad_norm is None
+            else {"sgd": dataclasses.replace(ctx.sgd, max_grad_norm=self.max_grad_norm)}
+        )
         jobs = [
-            ctx.job(theta, (k,), self.conditioned, seed=(r, k),
-                    regulariser=Regulariser(mu=float(alphas[k]), anchor=theta, linear={p: -grad[k][p] for p in names}), **clip)
+            ctx.job(
+                theta,
+                (k,),
+                self.conditioned,
+                seed=(r, k),
+                regulariser=Regulariser(mu=float(alphas[k]), anchor=theta, linear={p: -grad[k][p] for p in names}),
+                **clip,
+            )
             for k in active
         ]
         replies = aggregate(ctx, active, ctx.engine.train(ctx.spec(self.conditioned), jobs))
         active, results = replies.clients, replies.results
 
         m = ctx.federation.num_clients
-        drift = {k: {p: res.params[p] - theta[p] for p in names} for k, res in zip(active, results)}  # theta_k^t - theta^{t-1}
+        drift = {
+            k: {p: res.params[p] - theta[p] for p in names} for k, res in zip(active, results)
+        }  # theta_k^t - theta^{t-1}
         new_grad = list(grad)
         for k in active:
             new_grad[k] = {p: grad[k][p] - float(alphas[k]) * drift[k][p] for p in names}
@@ -118,4 +130,6 @@ class FedDyn(Algorithm):
 
         mean = replies.average(uniform=True)  # uniform over P
         new_theta = {p: mean[p] - new_h[p] / self.alpha if p in new_h else mean[p] for p in mean}
-        return self._state(new_theta, mean, m, round=r + 1, train_loss=replies.loss, extra={"h": new_h, "grad": tuple(new_grad)})
+        return self._state(
+            new_theta, mean, m, round=r + 1, train_loss=replies.loss, extra={"h": new_h, "grad": tuple(new_grad)}
+        )

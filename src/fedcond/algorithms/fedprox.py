@@ -24,6 +24,7 @@ from ..engine import Regulariser
 from ..errors import FedcondError
 from .base import Algorithm, Context, State, aggregate, check_participation, participants
 
+
 @dataclass(frozen=True)
 class FedProx(Algorithm):
     mu: float = 0.01  # proximal weight; 0 gives FedAvg

@@ -25,7 +25,6 @@ import functools
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -84,7 +83,9 @@ class FedRep(Algorithm):
 
     def __post_init__(self):
         if self.head_epochs < 0 or (self.body_epochs is not None and self.body_epochs < 1):
-            raise FedcondError(f"FedRep needs head_epochs >= 0 and body_epochs >= 1, got {self.head_epochs}, {self.body_epochs}")
+            raise FedcondError(
+                f"FedRep needs head_epochs >= 0 and body_epochs >= 1, got {self.head_epochs}, {self.body_epochs}"
+            )
 
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
@@ -92,8 +93,14 @@ class FedRep(Algorithm):
         return State(models=(w0,) * n, assignment=tuple(range(n)))  # models[i]: the global body with client i's head
 
     def head_job(self, ctx: Context, params: Params, i: int, seed: tuple[int, ...]) -> Job:
-        return ctx.job(params, (i,), self.conditioned, seed=seed, epochs=self.head_epochs,
-                       loss_fn=HeadOnlyLoss(ctx.classification_loss((i,), seed)))
+        return ctx.job(
+            params,
+            (i,),
+            self.conditioned,
+            seed=seed,
+            epochs=self.head_epochs,
+            loss_fn=HeadOnlyLoss(ctx.classification_loss((i,), seed)),
+        )
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n, spec = ctx.federation.num_clients, ctx.spec(self.conditioned)
@@ -102,16 +109,29 @@ class FedRep(Algorithm):
             heads = ctx.engine.train(spec, [self.head_job(ctx, start[i], i, (r, i, HEAD)) for i in range(n)])
             start = [m if res is None else res.params for m, res in zip(start, heads)]  # None: dropped out (Flower)
         epochs = self.body_epochs or ctx.local_epochs
-        bodies = ctx.engine.train(spec, [ctx.job(start[i], (i,), self.conditioned, seed=(r, i), epochs=epochs,
-                                                 loss_fn=BodyOnlyLoss(ctx.classification_loss((i,), (r, i))))
-                                         for i in range(n)])
+        bodies = ctx.engine.train(
+            spec,
+            [
+                ctx.job(
+                    start[i],
+                    (i,),
+                    self.conditioned,
+                    seed=(r, i),
+                    epochs=epochs,
+                    loss_fn=BodyOnlyLoss(ctx.classification_loss((i,), (r, i))),
+                )
+                for i in range(n)
+            ],
+        )
         replies = aggregate(ctx, tuple(range(n)), bodies)
         head = head_names(spec)
-        body = weighted_average([{k: v for k, v in res.params.items() if k not in head} for res in replies.results],
-                                replies.sizes)
+        body = weighted_average(
+            [{k: v for k, v in res.params.items() if k not in head} for res in replies.results], replies.sizes
+        )
         # one body tensor shared by every client's model (never written in place): memory for the heads only
-        models = tuple({**body, **{k: start[i][k] if bodies[i] is None else bodies[i].params[k] for k in head}}
-                       for i in range(n))
+        models = tuple(
+            {**body, **{k: start[i][k] if bodies[i] is None else bodies[i].params[k] for k in head}} for i in range(n)
+        )
         return State(models=models, assignment=state.assignment, round=r + 1, train_loss=replies.loss)
 
     def serve_newcomer(self, ctx: Context, state: State, client, client_id: int) -> Params:
@@ -121,7 +141,13 @@ class FedRep(Algorithm):
         params = {k: (w0[k] if k in head else v) for k, v in state.models[0].items()}
         if self.head_epochs == 0:
             return params
-        job = Job(params=params, x=client.x_train, y=client.y_train, s=None, epochs=self.head_epochs,
-                  seed=(ctx.seed, HEAD, client_id), loss_fn=HeadOnlyLoss())
+        job = Job(
+            params=params,
+            x=client.x_train,
+            y=client.y_train,
+            s=None,
+            epochs=self.head_epochs,
+            seed=(ctx.seed, HEAD, client_id),
+            loss_fn=HeadOnlyLoss(),
+        )
         return ctx.engine.train(spec, [job])[0].params
-

@@ -61,5 +61,6 @@ class Gossip(Algorithm):
         for i, j in pairs:
             models[i] = models[j] = weighted_average([results[i].params, results[j].params], np.ones(2))
         loss = aggregate(ctx, range(n), results).loss
-        return State(models=tuple(models), assignment=state.assignment, round=r + 1, train_loss=loss,
-                     extra={"pairs": pairs})
+        return State(
+            models=tuple(models), assignment=state.assignment, round=r + 1, train_loss=loss, extra={"pairs": pairs}
+        )

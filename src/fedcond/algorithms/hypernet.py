@@ -37,7 +37,9 @@ class HyperNet(nn.Module):
             layers += [nn.ReLU(), nn.Linear(hidden, hidden)]
         self.mlp = nn.Sequential(*layers)
         self.shapes = dict(shapes)
-        self.heads = nn.ModuleDict({_key(name): nn.Linear(hidden, int(np.prod(shape))) for name, shape in shapes.items()})
+        self.heads = nn.ModuleDict(
+            {_key(name): nn.Linear(hidden, int(np.prod(shape))) for name, shape in shapes.items()}
+        )
 
     def forward(self, v: torch.Tensor) -> dict[str, torch.Tensor]:
         f = self.mlp(v)  # [H]
@@ -92,8 +94,9 @@ def clip(grads: Params, max_norm: float | None) -> Params:
     return {k: g * scale for k, g in grads.items()}
 
 
-def sgd_step(params: Params, grads: Params, buf: Params | None, lr: float | dict, momentum: float,
-             weight_decay: float) -> tuple[Params, Params]:
+def sgd_step(
+    params: Params, grads: Params, buf: Params | None, lr: float | dict, momentum: float, weight_decay: float
+) -> tuple[Params, Params]:
     """torch.optim.SGD's step (dampening 0, not Nesterov) as a function; `lr` a number or per name."""
     new_p, new_b = {}, {}
     for k, p in params.items():
@@ -104,13 +107,19 @@ def sgd_step(params: Params, grads: Params, buf: Params | None, lr: float | dict
     return new_p, new_b
 
 
-def adam_step(params: Params, grads: Params, state: dict | None, lr: float, betas=(0.9, 0.999),
-              eps: float = 1e-8) -> tuple[Params, dict]:
+def adam_step(
+    params: Params, grads: Params, state: dict | None, lr: float, betas=(0.9, 0.999), eps: float = 1e-8
+) -> tuple[Params, dict]:
     """torch.optim.Adam's step (no weight decay, not AMSGrad) as a function of explicit state."""
     t = 1 if state is None else state["t"] + 1
-    m = {k: (1 - betas[0]) * g if state is None else betas[0] * state["m"][k] + (1 - betas[0]) * g for k, g in grads.items()}
-    v = {k: (1 - betas[1]) * g * g if state is None else betas[1] * state["v"][k] + (1 - betas[1]) * g * g
-         for k, g in grads.items()}
+    m = {
+        k: (1 - betas[0]) * g if state is None else betas[0] * state["m"][k] + (1 - betas[0]) * g
+        for k, g in grads.items()
+    }
+    v = {
+        k: (1 - betas[1]) * g * g if state is None else betas[1] * state["v"][k] + (1 - betas[1]) * g * g
+        for k, g in grads.items()
+    }
     c1, c2 = 1 - betas[0] ** t, 1 - betas[1] ** t
     new = {k: p - lr * (m[k] / c1) / ((v[k] / c2).sqrt() + eps) for k, p in params.items()}
     return new, {"t": t, "m": m, "v": v}
@@ -134,13 +143,18 @@ def buffers(params: Params, trainable) -> Params:
     return {k: v for k, v in params.items() if k not in trainable}
 
 
-def round_trip(ctx: Context, group: tuple[int, ...], thetas: list[dict], held: list[Params], leaves: Params,
-               sgd: SGDConfig, r: int) -> tuple[Params | None, dict]:
+def round_trip(
+    ctx: Context, group: tuple[int, ...], thetas: list[dict], held: list[Params], leaves: Params, sgd: SGDConfig, r: int
+) -> tuple[Params | None, dict]:
     """Clients of `group` train from their generated weights `thetas` (as engine jobs, FedAvg's batch
     seeds); returns the mean over the clients that replied of (d theta_c / d leaves)^T (theta_c - theta~_c),
     and {client: its JobResult}. `held[i]` supplies client i's buffers (batch-norm statistics)."""
-    jobs = [ctx.job({**buffers(held[i], theta), **{k: t.detach() for k, t in theta.items()}}, (i,), False,
-                    seed=(r, i), sgd=sgd) for i, theta in zip(group, thetas)]
+    jobs = [
+        ctx.job(
+            {**buffers(held[i], theta), **{k: t.detach() for k, t in theta.items()}}, (i,), False, seed=(r, i), sgd=sgd
+        )
+        for i, theta in zip(group, thetas)
+    ]
     results = ctx.engine.train(ctx.spec(False), jobs)
     ok = [j for j, res in enumerate(results) if res is not None]  # None: dropped out (Flower)
     if not ok:

@@ -79,9 +79,17 @@ class IFCA(Algorithm):
         models = list(state.models)
         for k in range(self.k):
             members = [i for i in range(n) if choice[i] == k]
-            cluster = aggregate(ctx, members, [results[i] for i in members])  # without the clients that dropped out (Flower)
+            cluster = aggregate(
+                ctx, members, [results[i] for i in members]
+            )  # without the clients that dropped out (Flower)
             if cluster.clients:
                 models[k] = cluster.average()
         loss = aggregate(ctx, range(n), results).loss
-        return State(models=tuple(models), assignment=choice, round=r + 1, train_loss=loss,
-                     clusters=choice, metrics={"clusters_used": len(set(choice))})
+        return State(
+            models=tuple(models),
+            assignment=choice,
+            round=r + 1,
+            train_loss=loss,
+            clusters=choice,
+            metrics={"clusters_used": len(set(choice))},
+        )

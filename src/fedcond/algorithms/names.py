@@ -34,8 +34,9 @@ def parse_composite(name: str) -> tuple[str, str, dict] | None:
     kw = dict(PLUGINS[plugin])
     for item, key, value in key_values(m.group(3)):
         if key.lower() not in PLUGIN_ARGS or not value:
-            raise FedcondError(f"'{name}': bad plug-in argument '{item}'; "
-                               f"use key=value with keys {', '.join(PLUGIN_ARGS)}")
+            raise FedcondError(
+                f"'{name}': bad plug-in argument '{item}'; use key=value with keys {', '.join(PLUGIN_ARGS)}"
+            )
         kw[PLUGIN_ARGS[key.lower()]] = coerce(_wrapper(), PLUGIN_ARGS[key.lower()], value, label=key)
     return base, plugin, kw
 
@@ -53,8 +54,9 @@ def parse_call(name: str) -> tuple[str, dict] | None:
     kw = {}
     for item, key, value in key_values(m.group(2)):
         if key not in fields or not value:
-            raise FedcondError(f"'{name}': bad argument '{item}'; "
-                               f"use key=value with keys {', '.join(fields) or '(none)'}")
+            raise FedcondError(
+                f"'{name}': bad argument '{item}'; use key=value with keys {', '.join(fields) or '(none)'}"
+            )
         kw[key] = coerce(ALGORITHMS[base], key, value)
     return base, kw
 
@@ -72,8 +74,10 @@ def canonical_name(name: str) -> str:
         return f"{base}({','.join(f'{k}={v}' for k, v in kw.items())})" if kw else base
     base = _registered(name, ALGORITHMS)
     if base is None:
-        raise FedcondError(f"unknown method '{name}'; choose from {', '.join(ALGORITHMS)} "
-                           f"or BASE+PLUGIN with plug-ins {', '.join(PLUGINS)}")
+        raise FedcondError(
+            f"unknown method '{name}'; choose from {', '.join(ALGORITHMS)} "
+            f"or BASE+PLUGIN with plug-ins {', '.join(PLUGINS)}"
+        )
     return base
 
 

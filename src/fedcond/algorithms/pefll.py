@@ -63,7 +63,9 @@ class EmbedNet(nn.Module):
         mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
         x = (x.float() / 255.0 - mean) / std  # [B, C, H, W]
-        onehot = F.one_hot(y, self.num_classes).to(x.dtype)[:, :, None, None].expand(-1, -1, *x.shape[2:])  # [B, K, H, W]
+        onehot = (
+            F.one_hot(y, self.num_classes).to(x.dtype)[:, :, None, None].expand(-1, -1, *x.shape[2:])
+        )  # [B, K, H, W]
         h = F.max_pool2d(F.relu(self.conv1(torch.cat([x, onehot], dim=1))), 2)
         h = F.max_pool2d(F.relu(self.conv2(h)), 2).flatten(1)  # [B, flat]
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(h)))))  # [B, E]
@@ -95,21 +97,31 @@ class PeFLL(Algorithm):
         """Builders of (E, h)."""
         fed = ctx.federation
         shapes = H.target_shapes(ctx.spec(False))
-        return (lambda: EmbedNet(fed.input_shape, fed.num_classes, self.dim(ctx), fed.mean, fed.std),
-                lambda: H.HyperNet(self.dim(ctx), self.hidden, self.n_hidden, shapes))
+        return (
+            lambda: EmbedNet(fed.input_shape, fed.num_classes, self.dim(ctx), fed.mean, fed.std),
+            lambda: H.HyperNet(self.dim(ctx), self.hidden, self.n_hidden, shapes),
+        )
 
     def init(self, ctx: Context) -> State:
         build_e, build_h = self.nets(ctx)
-        params = {**{f"embed.{k}": v for k, v in H.seeded_params(build_e, ctx.seed, PEFLL, 0).items()},
-                  **{f"hyper.{k}": v for k, v in H.seeded_params(build_h, ctx.seed, PEFLL, 1).items()}}
+        params = {
+            **{f"embed.{k}": v for k, v in H.seeded_params(build_e, ctx.seed, PEFLL, 0).items()},
+            **{f"hyper.{k}": v for k, v in H.seeded_params(build_h, ctx.seed, PEFLL, 1).items()},
+        }
         c = ctx.federation.clients[0]
         with torch.no_grad():
             first = self.raw_descriptor(ctx, params, c.x_train, c.y_train)  # [E]
-        scale = (first.mean(), first.std() if first.numel() > 1 else torch.tensor(1.0))  # one coordinate: no spread to fix
+        scale = (
+            first.mean(),
+            first.std() if first.numel() > 1 else torch.tensor(1.0),
+        )  # one coordinate: no spread to fix
         w0 = ctx.init_params(False)
         n = ctx.federation.num_clients
-        return State(models=self.models(ctx, params, scale, [w0] * n), assignment=tuple(range(n)),
-                     extra={"params": params, "scale": scale, "adam": None})
+        return State(
+            models=self.models(ctx, params, scale, [w0] * n),
+            assignment=tuple(range(n)),
+            extra={"params": params, "scale": scale, "adam": None},
+        )
 
     def raw_descriptor(self, ctx: Context, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """(1/n) sum_j E(x_j, y_j; psi) [E], before the fixed rescaling."""
@@ -128,8 +140,10 @@ class PeFLL(Algorithm):
     def models(self, ctx: Context, params: Params, scale, held: list[Params]) -> tuple[Params, ...]:
         shapes = H.target_shapes(ctx.spec(False))
         with torch.no_grad():
-            return tuple({**H.buffers(w, shapes), **self.generate(ctx, params, scale, c.x_train, c.y_train)}
-                         for w, c in zip(held, ctx.federation.clients))
+            return tuple(
+                {**H.buffers(w, shapes), **self.generate(ctx, params, scale, c.x_train, c.y_train)}
+                for w, c in zip(held, ctx.federation.clients)
+            )
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         params, scale, adam = state.extra["params"], state.extra["scale"], state.extra["adam"]
@@ -146,9 +160,13 @@ class PeFLL(Algorithm):
             for i, res in results.items():
                 held[i] = res.params
             done.update(results)
-        return State(models=self.models(ctx, params, scale, held), assignment=state.assignment, round=r + 1,
-                     train_loss=H.mean_loss(done, ctx.federation.sizes()),
-                     extra={"params": params, "scale": scale, "adam": adam})
+        return State(
+            models=self.models(ctx, params, scale, held),
+            assignment=state.assignment,
+            round=r + 1,
+            train_loss=H.mean_loss(done, ctx.federation.sizes()),
+            extra={"params": params, "scale": scale, "adam": adam},
+        )
 
     def serve_newcomer(self, ctx: Context, state: State, client, client_id: int) -> Params:
         """One forward pass: the descriptor of the newcomer's training data through the hypernetwork."""
@@ -156,9 +174,11 @@ class PeFLL(Algorithm):
         held = [H.buffers(w, shapes) for w in state.models]
         bufs = weighted_average(held, ctx.federation.sizes()) if held[0] else {}
         with torch.no_grad():
-            return {**bufs, **self.generate(ctx, state.extra["params"], state.extra["scale"], client.x_train, client.y_train)}
+            return {
+                **bufs,
+                **self.generate(ctx, state.extra["params"], state.extra["scale"], client.x_train, client.y_train),
+            }
 
 
 def _part(params: Params, prefix: str) -> Params:
-    return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
-
+    return {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}

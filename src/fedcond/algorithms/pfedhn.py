@@ -74,17 +74,22 @@ class PFedHN(Algorithm):
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
         phi = H.seeded_params(self.builder(ctx), ctx.seed, PFEDHN)
-        phi["embeddings"] = H.seeded_params(lambda: nn.Embedding(n, self.dim(ctx)), ctx.seed, PFEDHN, 1)["weight"]  # [N, E]
+        phi["embeddings"] = H.seeded_params(lambda: nn.Embedding(n, self.dim(ctx)), ctx.seed, PFEDHN, 1)[
+            "weight"
+        ]  # [N, E]
         w0 = ctx.init_params(False)
-        return State(models=self.models(ctx, phi, [w0] * n), assignment=tuple(range(n)),
-                     extra={"phi": phi, "momentum": None})
+        return State(
+            models=self.models(ctx, phi, [w0] * n), assignment=tuple(range(n)), extra={"phi": phi, "momentum": None}
+        )
 
     def models(self, ctx: Context, phi: Params, held: list[Params]) -> tuple[Params, ...]:
         """Every client's model h(v_i; phi), with the buffers it holds."""
         net, hyper = H.skeleton(self.builder(ctx)), _hyper(phi)
         with torch.no_grad():
-            return tuple({**H.buffers(w, H.target_shapes(ctx.spec(False))), **H.call(net, hyper, phi["embeddings"][i])}
-                         for i, w in enumerate(held))
+            return tuple(
+                {**H.buffers(w, H.target_shapes(ctx.spec(False))), **H.call(net, hyper, phi["embeddings"][i])}
+                for i, w in enumerate(held)
+            )
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         phi, momentum = state.extra["phi"], state.extra["momentum"]
@@ -96,12 +101,19 @@ class PFedHN(Algorithm):
             grads, results = H.round_trip(ctx, group, thetas, held, leaves, sgd, r)
             if grads is None:
                 continue
-            phi, momentum = H.sgd_step(phi, H.clip(grads, self.max_grad_norm), momentum, self.lr, 0.9, self.weight_decay)
+            phi, momentum = H.sgd_step(
+                phi, H.clip(grads, self.max_grad_norm), momentum, self.lr, 0.9, self.weight_decay
+            )
             for i, res in results.items():
                 held[i] = res.params
             done.update(results)
-        return State(models=self.models(ctx, phi, held), assignment=state.assignment, round=r + 1,
-                     train_loss=H.mean_loss(done, ctx.federation.sizes()), extra={"phi": phi, "momentum": momentum})
+        return State(
+            models=self.models(ctx, phi, held),
+            assignment=state.assignment,
+            round=r + 1,
+            train_loss=H.mean_loss(done, ctx.federation.sizes()),
+            extra={"phi": phi, "momentum": momentum},
+        )
 
     def serve_newcomer(self, ctx: Context, state: State, client, client_id: int) -> Params:
         """phi frozen; a new embedding fitted by `newcomer_steps` of pFedHN's step on the newcomer's data."""
@@ -113,8 +125,15 @@ class PFedHN(Algorithm):
         for t in range(ctx.rounds if self.newcomer_steps is None else self.newcomer_steps):
             leaf = {"v": v.detach().requires_grad_()}
             theta = H.call(net, hyper, leaf["v"])
-            job = Job(params={**held, **{k: x.detach() for k, x in theta.items()}}, x=client.x_train, y=client.y_train,
-                      s=None, epochs=ctx.local_epochs, seed=(ctx.seed, NEWCOMER, client_id, t), sgd=sgd)
+            job = Job(
+                params={**held, **{k: x.detach() for k, x in theta.items()}},
+                x=client.x_train,
+                y=client.y_train,
+                s=None,
+                epochs=ctx.local_epochs,
+                seed=(ctx.seed, NEWCOMER, client_id, t),
+                sgd=sgd,
+            )
             res = ctx.engine.train(ctx.spec(False), [job])[0]
             held = H.buffers(res.params, theta)
             grads = H.vjp([theta], [{k: x.detach() - res.params[k] for k, x in theta.items()}], leaf)

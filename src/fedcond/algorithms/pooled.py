@@ -30,12 +30,16 @@ class PooledTraining(Algorithm):
             for i in members:
                 assignment[i] = g
         models = tuple(ctx.init_params(self.conditioned, g) for g in range(len(groups)))
-        return State(models=models, assignment=tuple(assignment), momentum=(None,) * len(groups), extra={"groups": groups})
+        return State(
+            models=models, assignment=tuple(assignment), momentum=(None,) * len(groups), extra={"groups": groups}
+        )
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         groups = state.extra["groups"]
         jobs = [
-            ctx.job(state.models[g], members, self.conditioned, seed=(r, g), momentum=state.momentum[g], keep_momentum=True)
+            ctx.job(
+                state.models[g], members, self.conditioned, seed=(r, g), momentum=state.momentum[g], keep_momentum=True
+            )
             for g, members in enumerate(groups)
         ]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)

@@ -53,9 +53,22 @@ DEFAULT_METHODS = PAPER_METHODS + ("Conditional-FedAvg",)
 # Plug-ins layered on a base optimiser by name, `BASE+PLUGIN[(key=value,...)]` (SPEC Part C):
 # e.g. `SCAFFOLD+jdfl-graded`, `FedAvg+jdfl-random(M=3)`, `FedAvg+expanded-hard`. Each sets the
 # JDFL wrapper's scheme; its arguments are the wrapper's fields under the short keys of PLUGIN_ARGS.
-PLUGINS: dict[str, dict] = {"jdfl-graded": {"scheme": "graded"}, "jdfl-random": {"scheme": "random"},
-                            "expanded-hard": {"scheme": "hard"}}
+PLUGINS: dict[str, dict] = {
+    "jdfl-graded": {"scheme": "graded"},
+    "jdfl-random": {"scheme": "random"},
+    "expanded-hard": {"scheme": "hard"},
+}
 JDFL_BASES = ("FedAvg", "SCAFFOLD", "FedDyn", "FedDC", "FedProc", "FedProx")
-PLUGIN_ARGS = {"m": "slots", "e0": "e0", "layers": "layers", "batch": "discovery_batch", "alpha": "alpha",
-               "tau": "tau", "phi": "phi", "collapse": "collapse", "max_m": "max_slots", "init": "head_init",
-               "draw": "draw"}
+PLUGIN_ARGS = {
+    "m": "slots",
+    "e0": "e0",
+    "layers": "layers",
+    "batch": "discovery_batch",
+    "alpha": "alpha",
+    "tau": "tau",
+    "phi": "phi",
+    "collapse": "collapse",
+    "max_m": "max_slots",
+    "init": "head_init",
+    "draw": "draw",
+}

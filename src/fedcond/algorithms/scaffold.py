@@ -84,8 +84,13 @@ class Scaffold(Algorithm):
         names = tuple(c)
         active = participants(ctx, r, self.participation)
         jobs = [
-            ctx.job(x, (i,), self.conditioned, seed=(r, i),
-                    regulariser=Regulariser(linear={k: c[k] - c_clients[i][k] for k in names}))  # g - c_i + c
+            ctx.job(
+                x,
+                (i,),
+                self.conditioned,
+                seed=(r, i),
+                regulariser=Regulariser(linear={k: c[k] - c_clients[i][k] for k in names}),
+            )  # g - c_i + c
             for i in active
         ]
         replies = aggregate(ctx, active, ctx.engine.train(ctx.spec(self.conditioned), jobs))
@@ -105,5 +110,10 @@ class Scaffold(Algorithm):
             new_x = avg
         else:
             new_x = {k: x[k] + self.server_lr * (avg[k] - x[k]) if k in c else avg[k] for k in avg}
-        return State(models=(new_x,), assignment=state.assignment, round=r + 1, train_loss=replies.loss,
-                     extra={"c": new_c, "c_clients": tuple(new_clients)})
+        return State(
+            models=(new_x,),
+            assignment=state.assignment,
+            round=r + 1,
+            train_loss=replies.loss,
+            extra={"c": new_c, "c_clients": tuple(new_clients)},
+        )

@@ -22,10 +22,15 @@ def scenario_spec(args, default_k: int) -> ScenarioSpec:
     if k is None and args.groups and "|" in args.groups and args.family.lower() == "e1":  # E1: one cluster per group
         k = args.groups.count("|") + 1
     return ScenarioSpec(
-        family=args.family, dataset=args.dataset,
+        family=args.family,
+        dataset=args.dataset,
         k=k if k is not None or args.family.lower() == "domain" else default_k,  # domain: one cluster per domain
-        clients_per_cluster=args.clients_per_cluster, clients=args.clients, rotations=args.rotations,
-        seed=args.seed, data_dir=args.data_dir, groups=args.groups,
+        clients_per_cluster=args.clients_per_cluster,
+        clients=args.clients,
+        rotations=args.rotations,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        groups=args.groups,
     )
 
 
@@ -44,9 +49,16 @@ def run_command(args) -> int:
         experiment = matches[0]
     preset = experiment.preset if experiment else "paper"
     protocol = PROTOCOLS[preset][0].replace(
-        epochs=args.epochs, local_epochs=args.local_epochs, lr=args.lr, momentum=args.momentum, conditioning=args.conditioning,
-        stats_normalisation=args.stats_normalisation, encoder_source=args.encoder_source, statistic=args.statistic,
-        holdout_clients=args.holdout_clients, eval_every=args.eval_every,
+        epochs=args.epochs,
+        local_epochs=args.local_epochs,
+        lr=args.lr,
+        momentum=args.momentum,
+        conditioning=args.conditioning,
+        stats_normalisation=args.stats_normalisation,
+        encoder_source=args.encoder_source,
+        statistic=args.statistic,
+        holdout_clients=args.holdout_clients,
+        eval_every=args.eval_every,
     )
     protocol_name = None
     if experiment:
@@ -56,8 +68,11 @@ def run_command(args) -> int:
         if args.groups is not None and spec.groups is None:
             raise FedcondError(f"--groups applies to E1 and E2a only, not to {experiment.family}")
         # named as a sweep names the same cell, so sweeps skip it and reports never mix it with another
-        changes = {k: v for k, v in dataclasses.asdict(protocol).items()
-                   if k in PROTOCOL_OPTIONS and v != getattr(PROTOCOLS[preset][0], k)}
+        changes = {
+            k: v
+            for k, v in dataclasses.asdict(protocol).items()
+            if k in PROTOCOL_OPTIONS and v != getattr(PROTOCOLS[preset][0], k)
+        }
         changes.update({k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k) is not None})
         protocol_name = variant_name(preset, cell_changes(experiment, changes))
     else:
@@ -68,25 +83,47 @@ def run_command(args) -> int:
     total = sum(rounds_of(m, protocol) for m in methods)
     bar = tqdm(total=total, unit="epoch", desc=f"{fed.family}/{fed.dataset}", disable=args.no_progress, file=sys.stderr)
     if not args.json:
-        print(f"{fed.family} on {fed.dataset}: {fed.num_clients} clients, {scenario.truth.num_clusters} clusters; "
-              f"{protocol.epochs} epochs; methods {', '.join(methods)}", file=sys.stderr)
+        print(
+            f"{fed.family} on {fed.dataset}: {fed.num_clients} clients, {scenario.truth.num_clusters} clusters; "
+            f"{protocol.epochs} epochs; methods {', '.join(methods)}",
+            file=sys.stderr,
+        )
     out, failed = [], []
     workers = args.workers or default_workers()
     try:
-        for res in run_methods(spec, methods, protocol, args.seed, workers, on_round=lambda m, r: bar.update(1),
-                               device=args.device, scenario=scenario, failures="return"):
+        for res in run_methods(
+            spec,
+            methods,
+            protocol,
+            args.seed,
+            workers,
+            on_round=lambda m, r: bar.update(1),
+            device=args.device,
+            scenario=scenario,
+            failures="return",
+        ):
             error = res.reason if isinstance(res, Failure) else None  # e.g. diverged: recorded, and the others go on
             row = results.run_row(
-                family=fed.family, dataset=fed.dataset, scenario=spec.describe(), method=res.method, seed=args.seed,
-                protocol=dataclasses.asdict(protocol), result=None if error else res, device=args.device,
-                experiment=experiment.name if experiment else None, protocol_name=protocol_name,
-                status="failed" if error else "ok", error=error,
+                family=fed.family,
+                dataset=fed.dataset,
+                scenario=spec.describe(),
+                method=res.method,
+                seed=args.seed,
+                protocol=dataclasses.asdict(protocol),
+                result=None if error else res,
+                device=args.device,
+                experiment=experiment.name if experiment else None,
+                protocol_name=protocol_name,
+                status="failed" if error else "ok",
+                error=error,
             )
             try:
                 row["id"] = results.save_row(con, row)
             except sqlite3.IntegrityError:
-                raise FedcondError(f"{experiment.name} {res.method} seed {args.seed} [{protocol_name}] is already in "
-                                   f"{args.db or results.default_db_path()}; use another --db or --seed") from None
+                raise FedcondError(
+                    f"{experiment.name} {res.method} seed {args.seed} [{protocol_name}] is already in "
+                    f"{args.db or results.default_db_path()}; use another --db or --seed"
+                ) from None
             out.append((res, row))
             if error:
                 failed.append(res)
@@ -102,8 +139,11 @@ def run_command(args) -> int:
     else:
         _print_table(out, protocol)
     if failed:
-        print(f"fedcond: {len(failed)} of {len(methods)} methods failed (recorded as failed): "
-              + "; ".join(f"{f.method}: {f.reason}" for f in failed), file=sys.stderr)
+        print(
+            f"fedcond: {len(failed)} of {len(methods)} methods failed (recorded as failed): "
+            + "; ".join(f"{f.method}: {f.reason}" for f in failed),
+            file=sys.stderr,
+        )
         return EXIT_INCOMPLETE
     return 0
 
@@ -118,14 +158,23 @@ def _as_json(res, row: dict) -> dict:
 
 def _print_table(out: list, protocol) -> None:
     held = protocol.holdout_clients > 0
-    print(f"{'method':20s} {'accuracy':>9s} {'± clients':>9s} {'weighted':>9s} {'seconds':>8s}"
-          + (f" {'unseen':>9s}" if held else ""))
+    print(
+        f"{'method':20s} {'accuracy':>9s} {'± clients':>9s} {'weighted':>9s} {'seconds':>8s}"
+        + (f" {'unseen':>9s}" if held else "")
+    )
     for r, row in out:
         if row["status"] != "ok":
             print(f"{r.method:20s} FAILED: {r.reason}")
             continue
-        unseen = (f" {r.extra['unseen_accuracy']:9.4f}" if "unseen_accuracy" in r.extra else f" {'n/a':>9s}") if held else ""
-        print(f"{r.method:20s} {r.accuracy:9.4f} {r.accuracy_std:9.4f} {r.weighted_accuracy:9.4f} {r.seconds:8.1f}{unseen}")
+        unseen = (
+            (f" {r.extra['unseen_accuracy']:9.4f}" if "unseen_accuracy" in r.extra else f" {'n/a':>9s}") if held else ""
+        )
+        print(
+            f"{r.method:20s} {r.accuracy:9.4f} {r.accuracy_std:9.4f} "
+            f"{r.weighted_accuracy:9.4f} {r.seconds:8.1f}{unseen}"
+        )
     if held:
-        print(f"(accuracy: the training clients'; unseen: {protocol.holdout_clients} client(s) per cluster held out of "
-              "training; n/a: the method has no model for a newcomer)")
+        print(
+            f"(accuracy: the training clients'; unseen: {protocol.holdout_clients} client(s) per cluster held out of "
+            "training; n/a: the method has no model for a newcomer)"
+        )

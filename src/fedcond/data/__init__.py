@@ -7,6 +7,7 @@ no split: pacs, office_caltech). Files live in the data directory chosen by
 in the ``.npz.xz`` container format of the shared datasets folder, and are checked
 against their sha256 before use.
 """
+
 from .sources import download
 from .paths import ENV_VAR, resolve_data_dir
 from .registry import DATASETS, load, verify

@@ -4,6 +4,7 @@ Entries are plain uncompressed ``.npz`` files named ``<stem>-<key[:16]>.npz`` th
 also store their full key, so a changed source gets a new entry and a stale or
 damaged entry is rebuilt rather than used.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,8 +63,7 @@ def store(root: Path, stem: str, key: str, arrays: dict[str, np.ndarray]) -> Non
         _save(folder, stem, folder / f"{stem}-{key[:16]}.npz", key, arrays)
 
 
-def cached_arrays(root: Path, stem: str, key: str,
-                  build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def cached_arrays(root: Path, stem: str, key: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Return the arrays cached for (stem, key), building and storing them on a miss.
 
     ``key`` must change whenever the source changes (e.g. the source file's sha256).

@@ -5,6 +5,7 @@ A CIFAR-10 container holds either plain pixel arrays (``x_train``/``x_test``, wh
 source JPEG files (``train_jpeg`` + ``train_offsets``, ...). JPEGs take about 5 s to
 decode, so the decoded pixels are cached on disk keyed by the container's sha256.
 """
+
 from __future__ import annotations
 
 import io
@@ -41,7 +42,7 @@ def decode_jpegs(jpeg: np.ndarray, offsets: np.ndarray, what: str = "JPEG buffer
     for i in range(n):
         try:
             # formats= skips Pillow's format sniffing, which dominates for 1 KB images
-            with Image.open(io.BytesIO(buf[offsets[i]:offsets[i + 1]]), formats=("JPEG",)) as im:
+            with Image.open(io.BytesIO(buf[offsets[i] : offsets[i + 1]]), formats=("JPEG",)) as im:
                 a = np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
         except (OSError, UnidentifiedImageError) as e:
             raise FedcondError(f"{what}: image {i} does not decode ({e})") from e
@@ -64,8 +65,10 @@ def load_cifar10(root: Path, origin: str) -> ImageData:
         arrays = read_container(path, fix, keys=_LABEL_KEYS)
         if "x_train" not in arrays:  # JPEG bytes: decode once, then cache
             if not all(k in arrays for k in _JPEG_KEYS):
-                raise FedcondError(f"{path} holds neither pixel arrays (x_train, x_test) nor JPEG bytes "
-                                   f"(train_jpeg, train_offsets, ...); {fix}")
+                raise FedcondError(
+                    f"{path} holds neither pixel arrays (x_train, x_test) nor JPEG bytes "
+                    f"(train_jpeg, train_offsets, ...); {fix}"
+                )
             decoded = {k: arrays[k] for k in _LABEL_KEYS + ("classes",) if k in arrays}
             decoded["x_train"] = decode_jpegs(arrays["train_jpeg"], arrays["train_offsets"], f"{path} train")
             decoded["x_test"] = decode_jpegs(arrays["test_jpeg"], arrays["test_offsets"], f"{path} test")
@@ -95,8 +98,9 @@ def convert_cifar10_tar(tar_path: Path, out_dir: Path, *, preset: int) -> Path:
         classes = tuple(cp.names(meta, b"label_names", "batches.meta"))
     except FedcondError:
         classes = CIFAR10_CLASSES
-    return write_split(out_dir / CIFAR10_FILE, np.concatenate(xs[:5]), np.concatenate(ys[:5]), xs[5], ys[5],
-                       classes, preset=preset)
+    return write_split(
+        out_dir / CIFAR10_FILE, np.concatenate(xs[:5]), np.concatenate(ys[:5]), xs[5], ys[5], classes, preset=preset
+    )
 
 
 def convert_cifar100_tar(tar_path: Path, out_dir: Path, *, preset: int) -> Path:
@@ -111,6 +115,15 @@ def convert_cifar100_tar(tar_path: Path, out_dir: Path, *, preset: int) -> Path:
             raise FedcondError(f"{tar_path}: {split} has mismatched image and label counts")
     fine = cp.names(p["meta"], b"fine_label_names", "meta")
     coarse = cp.names(p["meta"], b"coarse_label_names", "meta")
-    return write_split(out_dir / CIFAR100_FILE, out["x_train"], out["y_train"], out["x_test"], out["y_test"], fine,
-                       preset=preset, coarse_train=out["coarse_train"], coarse_test=out["coarse_test"],
-                       coarse_classes=np.array(coarse, dtype=str))
+    return write_split(
+        out_dir / CIFAR100_FILE,
+        out["x_train"],
+        out["y_train"],
+        out["x_test"],
+        out["y_test"],
+        fine,
+        preset=preset,
+        coarse_train=out["coarse_train"],
+        coarse_test=out["coarse_test"],
+        coarse_classes=np.array(coarse, dtype=str),
+    )

@@ -11,6 +11,7 @@ official download (``fedcond data download`` of the official pixels under the sa
 are recorded in the user's fedcond data folder (``converted.sha256``), outside the data directory.
 A user's own dataset, under a name without a built-in hash, still brings its own sidecar.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -63,8 +64,9 @@ def read_sidecar(path: Path) -> str | None:
         raise FedcondError(f"cannot read the checksum file {sidecar_path(path)}: {e}") from e
     digest = text[0].lower() if text else ""
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise FedcondError(f"{sidecar_path(path)} does not hold a sha256: delete it and {path.name}, "
-                           f"then download the dataset again")
+        raise FedcondError(
+            f"{sidecar_path(path)} does not hold a sha256: delete it and {path.name}, then download the dataset again"
+        )
     return digest
 
 
@@ -95,12 +97,16 @@ def expected_sha256(path: Path) -> tuple[str, str]:
     """(hash, where it comes from) for a container file: a built-in name's published hash (no
     sidecar overrides it), else the sidecar."""
     if path.name in KNOWN_SHA256:
-        return KNOWN_SHA256[path.name], "the published hash of the shared file; a .sha256 beside it does not override it"
+        return KNOWN_SHA256[
+            path.name
+        ], "the published hash of the shared file; a .sha256 beside it does not override it"
     digest = read_sidecar(path)
     if digest is not None:
         return digest, f"from {sidecar_path(path).name}"
-    raise FedcondError(f"no checksum known for {path}: files written by `fedcond data download` have a "
-                       f"{path.name}{SIDECAR_SUFFIX} next to them; to trust this file, write its sha256 there")
+    raise FedcondError(
+        f"no checksum known for {path}: files written by `fedcond data download` have a "
+        f"{path.name}{SIDECAR_SUFFIX} next to them; to trust this file, write its sha256 there"
+    )
 
 
 def sha256_bytes(data: bytes | memoryview) -> str:
@@ -122,8 +128,10 @@ def _stat_key(st: os.stat_result, path: Path) -> tuple[str, int, int]:
 def _compare(path: Path, actual: str, fix: str) -> str:
     expected, source = expected_sha256(path)
     if actual != expected and not (path.name in KNOWN_SHA256 and actual in _converted_here(path.name)):
-        raise ChecksumMismatch(f"{path} has sha256 {actual} but {expected} was expected ({source}); "
-                               f"the file is damaged or was replaced and was not used: {fix}")
+        raise ChecksumMismatch(
+            f"{path} has sha256 {actual} but {expected} was expected ({source}); "
+            f"the file is damaged or was replaced and was not used: {fix}"
+        )
     return actual
 
 
@@ -171,8 +179,9 @@ def read_container(path: Path, fix: str, *, keys: tuple[str, ...] = ()) -> dict[
     return arrays
 
 
-def write_container(path: Path, arrays: Mapping[str, np.ndarray], *, preset: int = DEFAULT_PRESET,
-                    sidecar: bool = True) -> str:
+def write_container(
+    path: Path, arrays: Mapping[str, np.ndarray], *, preset: int = DEFAULT_PRESET, sidecar: bool = True
+) -> str:
     """Write arrays as a ``.npz.xz`` file (+ ``<file>.sha256``) atomically; returns the file's sha256.
 
     Object arrays are refused: the format is read with ``allow_pickle=False``.
@@ -194,14 +203,16 @@ def write_container(path: Path, arrays: Mapping[str, np.ndarray], *, preset: int
         with os.fdopen(fd, "wb") as f:
             step = 16 << 20
             for i in range(0, len(raw), step):
-                out = comp.compress(raw[i:i + step])
+                out = comp.compress(raw[i : i + step])
                 h.update(out)
                 f.write(out)
             out = comp.flush()
             h.update(out)
             f.write(out)
         digest = h.hexdigest()
-        if path.name in KNOWN_SHA256:  # an official download under a built-in name: vouched for outside the data directory
+        if (
+            path.name in KNOWN_SHA256
+        ):  # an official download under a built-in name: vouched for outside the data directory
             _record_converted(path, digest)
         if sidecar:
             side = sidecar_path(path)

@@ -6,6 +6,7 @@ resampled to 28x28 (bilinear, no antialiasing) and scaled to 0..255 uint8, so th
 with test fraction 0.25 and seed 0 (``train_test_split(..., test_size=0.25,
 stratify=y, random_state=0)``) gives the same 1347 train / 450 test images every time.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,7 +35,12 @@ def load_digits() -> ImageData:
 
     d = sk_load_digits()
     x, y = upsample(d.images), d.target.astype(np.int64)
-    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=TEST_FRACTION, stratify=y,
-                                                        random_state=SEED)
-    return ImageData(name="digits", x_train=np.ascontiguousarray(x_train), y_train=y_train,
-                     x_test=np.ascontiguousarray(x_test), y_test=y_test, classes=CLASSES)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=TEST_FRACTION, stratify=y, random_state=SEED)
+    return ImageData(
+        name="digits",
+        x_train=np.ascontiguousarray(x_train),
+        y_train=y_train,
+        x_test=np.ascontiguousarray(x_test),
+        y_test=y_test,
+        classes=CLASSES,
+    )

@@ -8,6 +8,7 @@
 The official IDX files store every image transposed (column-major); they are
 transposed on conversion, so images are upright like MNIST.
 """
+
 from __future__ import annotations
 
 import string
@@ -47,8 +48,10 @@ def load_emnist(root: Path, origin: str, split: str = DEFAULT_SPLIT) -> ImageDat
     split = check_split(split)
     arrays, classes = load_split("emnist", root, origin, container_name(split), SPLITS[split])
     if len(classes) != len(SPLITS[split]):
-        raise FedcondError(f"{root / container_name(split)} has {len(classes)} classes, EMNIST {split} has "
-                           f"{len(SPLITS[split])}: delete it and run `fedcond data download emnist`")
+        raise FedcondError(
+            f"{root / container_name(split)} has {len(classes)} classes, EMNIST {split} has "
+            f"{len(SPLITS[split])}: delete it and run `fedcond data download emnist`"
+        )
     return as_image_data("emnist", arrays, classes)
 
 
@@ -65,12 +68,15 @@ def _check_mapping(zf: zipfile.ZipFile, member: str, split: str) -> None:
             continue
         label, code = int(parts[0]), int(parts[1])
         if label >= len(SPLITS[split]) or SPLITS[split][label] != chr(code):
-            raise FedcondError(f"EMNIST {split} mapping says label {label} is {chr(code)!r}, "
-                               f"which disagrees with the class names used here")
+            raise FedcondError(
+                f"EMNIST {split} mapping says label {label} is {chr(code)!r}, "
+                f"which disagrees with the class names used here"
+            )
 
 
-def convert_emnist_zip(zip_path: Path, out_dir: Path, splits: tuple[str, ...] = tuple(SPLITS), *,
-                       preset: int) -> list[Path]:
+def convert_emnist_zip(
+    zip_path: Path, out_dir: Path, splits: tuple[str, ...] = tuple(SPLITS), *, preset: int
+) -> list[Path]:
     """Official ``gzip.zip`` -> ``<out_dir>/emnist_<split>.npz.xz`` for each split (images made upright)."""
     written = []
     try:
@@ -89,14 +95,25 @@ def convert_emnist_zip(zip_path: Path, out_dir: Path, splits: tuple[str, ...] = 
                 for s in ("train", "test"):
                     img, lab = parts[f"{s}-images-idx3"], parts[f"{s}-labels-idx1"]
                     if img.ndim != 3 or lab.shape != (len(img),):
-                        raise FedcondError(f"EMNIST {split} {s}: images {img.shape} and labels {lab.shape} "
-                                           f"do not match")
+                        raise FedcondError(
+                            f"EMNIST {split} {s}: images {img.shape} and labels {lab.shape} do not match"
+                        )
                     if len(lab) and lab.max() >= len(SPLITS[split]):
-                        raise FedcondError(f"EMNIST {split} {s}: label {lab.max()} outside the "
-                                           f"{len(SPLITS[split])} classes")
+                        raise FedcondError(
+                            f"EMNIST {split} {s}: label {lab.max()} outside the {len(SPLITS[split])} classes"
+                        )
                     x[s] = np.ascontiguousarray(img.transpose(0, 2, 1))  # stored transposed: make upright
-                written.append(write_split(out_dir / container_name(split), x["train"], parts["train-labels-idx1"],
-                                           x["test"], parts["test-labels-idx1"], SPLITS[split], preset=preset))
+                written.append(
+                    write_split(
+                        out_dir / container_name(split),
+                        x["train"],
+                        parts["train-labels-idx1"],
+                        x["test"],
+                        parts["test-labels-idx1"],
+                        SPLITS[split],
+                        preset=preset,
+                    )
+                )
     except (zipfile.BadZipFile, zlib.error) as e:
         raise FedcondError(f"cannot read {zip_path} as a zip archive ({type(e).__name__}: {e})") from e
     return written

@@ -1,4 +1,5 @@
 """MNIST and Fashion-MNIST: 28x28 grey, 60,000 train / 10,000 test, in the official order."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,13 +13,27 @@ from .split import as_image_data, load_split, write_split
 from .types import ImageData
 
 MNIST_CLASSES = tuple(str(d) for d in range(10))
-FMNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                  "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+FMNIST_CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
 FILES = {"mnist": "mnist.npz.xz", "fmnist": "fashion_mnist.npz.xz"}
 CLASSES = {"mnist": MNIST_CLASSES, "fmnist": FMNIST_CLASSES}
 # The four files of both official releases, in the order (x_train, y_train, x_test, y_test).
-IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+IDX_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
 
 
 def load_mnist_like(name: str, root: Path, origin: str) -> ImageData:

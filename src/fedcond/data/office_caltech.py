@@ -9,6 +9,7 @@ accepted. Every image is converted to RGB and resized to 112x112 (Pillow bilinea
 like the PACS copy). Resizing takes a while, so the result is cached per domain,
 keyed by the folder listing (names, sizes, modification times) and the size.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,12 +27,24 @@ from .types import DomainData
 
 FOLDER = "office_caltech"
 DOMAINS = ("amazon", "caltech", "dslr", "webcam")
-CLASSES = ("back_pack", "bike", "calculator", "headphones", "keyboard",
-           "laptop_computer", "monitor", "mouse", "mug", "projector")
+CLASSES = (
+    "back_pack",
+    "bike",
+    "calculator",
+    "headphones",
+    "keyboard",
+    "laptop_computer",
+    "monitor",
+    "mouse",
+    "mug",
+    "projector",
+)
 SIZE = 112
-MANUAL = ("Office-Caltech-10 has no scriptable official source: get its images (the 10 classes shared by "
-          "Office-31 and Caltech-256, Gong et al., CVPR 2012) and unpack them so that "
-          "{root}/office_caltech/<amazon|caltech|dslr|webcam>/<class>/<image files> exist")
+MANUAL = (
+    "Office-Caltech-10 has no scriptable official source: get its images (the 10 classes shared by "
+    "Office-31 and Caltech-256, Gong et al., CVPR 2012) and unpack them so that "
+    "{root}/office_caltech/<amazon|caltech|dslr|webcam>/<class>/<image files> exist"
+)
 
 
 def domain_dir(base: Path, domain: str) -> Path:
@@ -46,8 +59,10 @@ def scan_domain(base: Path, domain: str) -> list[tuple[Path, int]]:
     subdirs = {p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")}
     unknown = sorted(subdirs - set(CLASSES))
     if unknown:
-        raise FedcondError(f"unexpected folders {', '.join(unknown)} in {folder}; expected the Office-Caltech-10 "
-                           f"classes {', '.join(CLASSES)}")
+        raise FedcondError(
+            f"unexpected folders {', '.join(unknown)} in {folder}; expected the Office-Caltech-10 "
+            f"classes {', '.join(CLASSES)}"
+        )
     items = [(p, c) for c, name in enumerate(CLASSES) if name in subdirs for p in list_images(folder / name)]
     if not items:
         raise FedcondError(f"no images in {folder}; expected {folder}/<class>/<image files>")
@@ -75,14 +90,25 @@ def load_office_caltech(root: Path, origin: str, domains=None, size: int = SIZE)
     for i, dom in enumerate(chosen):
         items = scan_domain(base, dom)
         arrays = cached_arrays(
-            root, f"office_caltech-{dom}-{size}px", _listing_key(base, items, size),
-            lambda items=items: {"x": read_resized([p for p, _ in items], size),
-                                 "y": np.array([c for _, c in items], dtype=np.int64)})
+            root,
+            f"office_caltech-{dom}-{size}px",
+            _listing_key(base, items, size),
+            lambda items=items: {
+                "x": read_resized([p for p, _ in items], size),
+                "y": np.array([c for _, c in items], dtype=np.int64),
+            },
+        )
         xs.append(arrays["x"])
         ys.append(arrays["y"].astype(np.int64))
         ds.append(np.full(len(ys[-1]), i, dtype=np.int64))
-    return DomainData(name="office_caltech", x=np.concatenate(xs), y=np.concatenate(ys), domain=np.concatenate(ds),
-                      classes=CLASSES, domains=chosen)
+    return DomainData(
+        name="office_caltech",
+        x=np.concatenate(xs),
+        y=np.concatenate(ys),
+        domain=np.concatenate(ds),
+        classes=CLASSES,
+        domains=chosen,
+    )
 
 
 def count_images(root: Path) -> dict[str, int]:

@@ -3,6 +3,7 @@
 Read from the four shared files ``pacs_<domain>.npz.xz`` (arrays ``x``, ``y``, ``d``),
 which hold the published PACS release resized to 112x112 (see the datasets README).
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,10 @@ from .types import DomainData
 
 DOMAINS = ("photo", "art_painting", "cartoon", "sketch")
 CLASSES = ("dog", "elephant", "giraffe", "guitar", "horse", "house", "person")
-MANUAL = ("PACS has no scriptable official source: copy the four pacs_<domain>.npz.xz files of the shared "
-          "datasets folder (the PACS release of Li et al., ICCV 2017, resized to 112x112) into {root}")
+MANUAL = (
+    "PACS has no scriptable official source: copy the four pacs_<domain>.npz.xz files of the shared "
+    "datasets folder (the PACS release of Li et al., ICCV 2017, resized to 112x112) into {root}"
+)
 FIX = "replace it with a fresh copy of the same file from the shared datasets folder"
 
 

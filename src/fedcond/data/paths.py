@@ -1,4 +1,5 @@
 """Where datasets live: the data directory, its derived-array cache, and the missing-data message."""
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,8 @@ def missing(name: str, root: Path, origin: str, looked_for: list[str], how: str 
         how = f"run `fedcond data download {name}` to fetch it there"
     return DatasetMissing(
         f"dataset {name} not found: no {', '.join(looked_for)} in {root} (data directory from {origin}; "
-        f"set {ENV_VAR} or pass a data directory to use another folder); {how}")
+        f"set {ENV_VAR} or pass a data directory to use another folder); {how}"
+    )
 
 
 def _marked_writable(path: Path) -> bool:
@@ -100,6 +102,8 @@ def cache_dir(root: Path) -> Path | None:
 def writable_data_dir(root: Path) -> Path:
     """Create ``root`` if needed and make sure we can write there (for ``download``)."""
     if not _usable_dir(root):
-        raise FedcondError(f"cannot write to the data directory {root}: choose a writable folder "
-                           f"with {ENV_VAR} or a data directory argument")
+        raise FedcondError(
+            f"cannot write to the data directory {root}: choose a writable folder "
+            f"with {ENV_VAR} or a data directory argument"
+        )
     return root

@@ -1,4 +1,5 @@
 """The dataset names, and ``load`` / ``verify`` dispatching to the per-dataset modules."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,11 @@ from .types import DomainData, ImageData
 DATASETS: tuple[str, ...] = ("digits", "mnist", "fmnist", "cifar10", "cifar100", "emnist", "pacs", "office_caltech")
 _ALIASES = {"fashion_mnist": "fmnist", "office_caltech_10": "office_caltech", "office_caltech10": "office_caltech"}
 # load() options each dataset accepts
-OPTIONS: dict[str, tuple[str, ...]] = {"emnist": ("split",), "pacs": ("domains",),
-                                       "office_caltech": ("domains", "size")}
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "emnist": ("split",),
+    "pacs": ("domains",),
+    "office_caltech": ("domains", "size"),
+}
 
 
 def normalize_name(name: str) -> str:
@@ -87,8 +91,10 @@ def verify(name: str, data_dir: str | Path | None = None) -> str:
         if not counts:
             raise missing(name, root, origin, [f"{office_caltech.FOLDER}/"], office_caltech.MANUAL.format(root=root))
         per = ", ".join(f"{d} {n}" for d, n in counts.items())
-        return (f"office_caltech: {sum(counts.values())} images in {root / office_caltech.FOLDER} ({per}); "
-                f"no published checksums, so the images were counted, not hashed")
+        return (
+            f"office_caltech: {sum(counts.values())} images in {root / office_caltech.FOLDER} ({per}); "
+            f"no published checksums, so the images were counted, not hashed"
+        )
     files = _files(name)
     present = [f for f in files if (root / f).is_file()]
     if name == "emnist" and present:

@@ -3,6 +3,7 @@
 The raw files go to ``<data_dir>/.downloads/`` and are removed once converted; a raw
 file placed there by hand with the right hash is used without any network access.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -34,18 +35,53 @@ class Remote:
 _MNIST = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 _FMNIST = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 REMOTES: dict[str, tuple[Remote, ...]] = {
-    "mnist": tuple(Remote(_MNIST + f, f, "md5:" + h) for f, h in zip(mnist.IDX_FILES, (
-        "f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432",
-        "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c"), strict=True)),
-    "fmnist": tuple(Remote(_FMNIST + f, f, "md5:" + h) for f, h in zip(mnist.IDX_FILES, (
-        "8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
-        "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310"), strict=True)),
-    "cifar10": (Remote("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", "cifar-10-python.tar.gz",
-                       "md5:c58f30108f718f92721af3b95e74349a"),),
-    "cifar100": (Remote("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz", "cifar-100-python.tar.gz",
-                        "md5:eb9058c3a382ffc7106e4002c42a8d85"),),
-    "emnist": (Remote("https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip", "emnist-gzip.zip",
-                      "md5:58c8d27c78d21e728a6bc7b3cc06412e"),),
+    "mnist": tuple(
+        Remote(_MNIST + f, f, "md5:" + h)
+        for f, h in zip(
+            mnist.IDX_FILES,
+            (
+                "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+                "d53e105ee54ea40749a09fcbcd1e9432",
+                "9fb629c4189551a2d022fa330f9573f3",
+                "ec29112dd5afa0611ce80d1b7f02629c",
+            ),
+            strict=True,
+        )
+    ),
+    "fmnist": tuple(
+        Remote(_FMNIST + f, f, "md5:" + h)
+        for f, h in zip(
+            mnist.IDX_FILES,
+            (
+                "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+                "25c81989df183df01b3e8a0aad5dffbe",
+                "bef4ecab320f06d8554ea6380940ec79",
+                "bb300cfdad3c16e7a12a480ee83cd310",
+            ),
+            strict=True,
+        )
+    ),
+    "cifar10": (
+        Remote(
+            "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+            "cifar-10-python.tar.gz",
+            "md5:c58f30108f718f92721af3b95e74349a",
+        ),
+    ),
+    "cifar100": (
+        Remote(
+            "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+            "cifar-100-python.tar.gz",
+            "md5:eb9058c3a382ffc7106e4002c42a8d85",
+        ),
+    ),
+    "emnist": (
+        Remote(
+            "https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip",
+            "emnist-gzip.zip",
+            "md5:58c8d27c78d21e728a6bc7b3cc06412e",
+        ),
+    ),
 }
 
 # The container files each download produces.
@@ -67,16 +103,23 @@ def fetch(remote: Remote, folder: Path, progress: bool) -> Path:
     import pooch
 
     try:
-        return Path(pooch.retrieve(remote.url, known_hash=remote.known_hash, fname=remote.fname,
-                                   path=folder, progressbar=progress))
+        return Path(
+            pooch.retrieve(
+                remote.url, known_hash=remote.known_hash, fname=remote.fname, path=folder, progressbar=progress
+            )
+        )
     except ValueError as e:  # pooch's hash mismatch
         if "hash" in str(e).lower():
-            raise ChecksumMismatch(f"{remote.url} did not match its published {remote.known_hash} "
-                                   f"({_one_line(e)}); the file was not used: try again later") from e
+            raise ChecksumMismatch(
+                f"{remote.url} did not match its published {remote.known_hash} "
+                f"({_one_line(e)}); the file was not used: try again later"
+            ) from e
         raise FedcondError(f"could not download {remote.url} ({_one_line(e)})") from e
     except Exception as e:  # network errors come in many types (requests, OSError, ...)
-        raise FedcondError(f"could not download {remote.url} ({_one_line(e)}); check the network, or put "
-                           f"the file by hand at {folder / remote.fname}") from e
+        raise FedcondError(
+            f"could not download {remote.url} ({_one_line(e)}); check the network, or put "
+            f"the file by hand at {folder / remote.fname}"
+        ) from e
 
 
 def _convert(name: str, raw: list[Path], root: Path) -> list[Path]:
@@ -107,8 +150,9 @@ def _present(name: str, root: Path) -> list[Path] | None:
     return paths
 
 
-def download(name: str, data_dir: str | Path | None = None, progress: bool = True, *,
-             force: bool = False) -> list[Path]:
+def download(
+    name: str, data_dir: str | Path | None = None, progress: bool = True, *, force: bool = False
+) -> list[Path]:
     """Fetch dataset ``name`` into the data directory and return the container files.
 
     Files already present whose hashes check out are kept (``force=True`` fetches

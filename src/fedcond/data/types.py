@@ -1,4 +1,5 @@
 """The two in-memory dataset records that every loader returns."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,8 +43,10 @@ class ImageData:
         _check_images(f"{self.name} train", self.x_train, self.y_train)
         _check_images(f"{self.name} test", self.x_test, self.y_test)
         if self.x_train.shape[1:] != self.x_test.shape[1:]:
-            raise ValueError(f"{self.name}: train images {self.x_train.shape[1:]} and test images "
-                             f"{self.x_test.shape[1:]} differ in shape")
+            raise ValueError(
+                f"{self.name}: train images {self.x_train.shape[1:]} and test images "
+                f"{self.x_test.shape[1:]} differ in shape"
+            )
         _check_labels_in_range(f"{self.name} train", self.y_train, len(self.classes))
         _check_labels_in_range(f"{self.name} test", self.y_test, len(self.classes))
         coarse = (self.coarse_train, self.coarse_test, self.coarse_classes)
@@ -52,8 +55,9 @@ class ImageData:
                 raise ValueError(f"{self.name}: coarse_train, coarse_test and coarse_classes go together")
             for split, c, y in (("train", self.coarse_train, self.y_train), ("test", self.coarse_test, self.y_test)):
                 if c.dtype != np.int64 or c.shape != y.shape:
-                    raise ValueError(f"{self.name}: coarse {split} labels must be int64 {y.shape}, "
-                                     f"got {c.dtype}{c.shape}")
+                    raise ValueError(
+                        f"{self.name}: coarse {split} labels must be int64 {y.shape}, got {c.dtype}{c.shape}"
+                    )
                 _check_labels_in_range(f"{self.name} coarse {split}", c, len(self.coarse_classes))
 
     @property
@@ -67,8 +71,10 @@ class ImageData:
 
     def __repr__(self) -> str:  # the default repr would print the arrays
         coarse = f", {len(self.coarse_classes)} coarse classes" if self.coarse_classes else ""
-        return (f"ImageData({self.name!r}: train {self.x_train.shape}, test {self.x_test.shape}, "
-                f"{self.num_classes} classes{coarse})")
+        return (
+            f"ImageData({self.name!r}: train {self.x_train.shape}, test {self.x_test.shape}, "
+            f"{self.num_classes} classes{coarse})"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,8 +95,9 @@ class DomainData:
     def __post_init__(self) -> None:
         _check_images(self.name, self.x, self.y)
         if self.domain.dtype != np.int64 or self.domain.shape != self.y.shape:
-            raise ValueError(f"{self.name}: domain must be int64 {self.y.shape}, got "
-                             f"{self.domain.dtype}{self.domain.shape}")
+            raise ValueError(
+                f"{self.name}: domain must be int64 {self.y.shape}, got {self.domain.dtype}{self.domain.shape}"
+            )
         _check_labels_in_range(self.name, self.y, len(self.classes))
         _check_labels_in_range(f"{self.name} domain", self.domain, len(self.domains))
 
@@ -103,5 +110,6 @@ class DomainData:
         return tuple(self.x.shape[1:])
 
     def __repr__(self) -> str:
-        return (f"DomainData({self.name!r}: {self.x.shape}, {self.num_classes} classes, "
-                f"domains {', '.join(self.domains)})")
+        return (
+            f"DomainData({self.name!r}: {self.x.shape}, {self.num_classes} classes, domains {', '.join(self.domains)})"
+        )

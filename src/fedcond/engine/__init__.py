@@ -9,8 +9,22 @@ Backends share one interface, `train(model_spec, jobs) -> results` (in job order
 from typing import Union
 
 from . import denormals
-from .local_sgd import (Job, JobResult, LoopEngine, Params, Regulariser, SGDConfig, batch_order, channels_last,
-                        clone_params, mean_loss, mix, predict, train_job, weighted_average)
+from .local_sgd import (
+    Job,
+    JobResult,
+    LoopEngine,
+    Params,
+    Regulariser,
+    SGDConfig,
+    batch_order,
+    channels_last,
+    clone_params,
+    mean_loss,
+    mix,
+    predict,
+    train_job,
+    weighted_average,
+)
 from .pool import PoolEngine
 from .vmap import VmapEngine
 
@@ -36,8 +50,10 @@ def check_device(device: str) -> str:
         return device
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise FedcondError(f"device '{device}' asked for, but this torch ({torch.__version__}) has no usable CUDA; "
-                               "use --device cpu or install a CUDA build of torch")
+            raise FedcondError(
+                f"device '{device}' asked for, but this torch ({torch.__version__}) has no usable CUDA; "
+                "use --device cpu or install a CUDA build of torch"
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise FedcondError(f"device '{device}' does not exist: {torch.cuda.device_count()} CUDA device(s) here")
         return device
@@ -54,5 +70,24 @@ def make_engine(sgd: SGDConfig, workers: int = 1, device: str = "cpu") -> Engine
     return PoolEngine(sgd, workers) if workers > 1 else LoopEngine(sgd)
 
 
-__all__ = ["Engine", "Job", "JobResult", "LoopEngine", "Params", "PoolEngine", "SGDConfig", "batch_order", "channels_last", "check_device", "clone_params",
-           "Regulariser", "VmapEngine", "make_engine", "mean_loss", "mix", "predict", "train_job", "weighted_average"]
+__all__ = [
+    "Engine",
+    "Job",
+    "JobResult",
+    "LoopEngine",
+    "Params",
+    "PoolEngine",
+    "SGDConfig",
+    "batch_order",
+    "channels_last",
+    "check_device",
+    "clone_params",
+    "Regulariser",
+    "VmapEngine",
+    "make_engine",
+    "mean_loss",
+    "mix",
+    "predict",
+    "train_job",
+    "weighted_average",
+]

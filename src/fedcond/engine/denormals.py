@@ -51,8 +51,10 @@ def with_mode(fn):
     """Decorator for whatever trains or evaluates (the engine's jobs, losses and predictions; the
     encoder, earlier study, synthetic study and DP-SGD trainers): the mode is set in whatever
     thread calls it."""
+
     @functools.wraps(fn)
     def run(*args, **kwargs):
         apply()
         return fn(*args, **kwargs)
+
     return run

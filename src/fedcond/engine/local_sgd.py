@@ -162,7 +162,11 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
             opt.state[p]["momentum_buffer"] = job.momentum[name].clone()
     x_all = channels_last(job.x)
     batches = batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed)
-    losses, epoch_losses, per_epoch = [], [], max(1, len(batches) // max(1, job.epochs))  # every epoch has as many batches
+    losses, epoch_losses, per_epoch = (
+        [],
+        [],
+        max(1, len(batches) // max(1, job.epochs)),
+    )  # every epoch has as many batches
     for step, idx in enumerate(batches):
         idx_t = torch.from_numpy(idx)
         xb, yb = x_all[idx_t], job.y[idx_t]
@@ -181,7 +185,9 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
     momentum = None
     if job.keep_momentum:
         momentum = {
-            name: opt.state[p]["momentum_buffer"].detach().clone() if "momentum_buffer" in opt.state[p] else torch.zeros_like(p)
+            name: opt.state[p]["momentum_buffer"].detach().clone()
+            if "momentum_buffer" in opt.state[p]
+            else torch.zeros_like(p)
             for name, p in zip(names, params)
         }
     mean_loss = float(torch.stack(losses).mean()) if losses else float("nan")
@@ -190,22 +196,31 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
 
 @torch.no_grad()
 @denormals.with_mode
-def mean_loss(model: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | None,
-              batch_size: int = 1024) -> float:
+def mean_loss(
+    model: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | None, batch_size: int = 1024
+) -> float:
     """Mean cross-entropy of the model with `params` on (x, y[, s]), in eval mode (IFCA's cluster choice)."""
     model.load_state_dict(params)
     model.eval()
     total = 0.0
     for i in range(0, x.shape[0], batch_size):
         sb = None if s is None else s[i : i + batch_size]
-        total += float(F.cross_entropy(model(channels_last(x[i : i + batch_size]), sb), y[i : i + batch_size], reduction="sum"))
+        total += float(
+            F.cross_entropy(model(channels_last(x[i : i + batch_size]), sb), y[i : i + batch_size], reduction="sum")
+        )
     return total / max(1, x.shape[0])
 
 
 @torch.no_grad()
 @denormals.with_mode
-def predict(model: nn.Module, params: Params, x: torch.Tensor, s: torch.Tensor | None, batch_size: int = 1024,
-            scores: Callable | None = None) -> torch.Tensor:
+def predict(
+    model: nn.Module,
+    params: Params,
+    x: torch.Tensor,
+    s: torch.Tensor | None,
+    batch_size: int = 1024,
+    scores: Callable | None = None,
+) -> torch.Tensor:
     """Class predictions [n] of the model with `params` on uint8 images x [n, C, H, W]; `scores`
     maps the outputs to class scores first (JDFL's collapse of its M x C head)."""
     model.load_state_dict(params)

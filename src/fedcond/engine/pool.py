@@ -55,7 +55,9 @@ def _train_chunk(payload: bytes) -> bytes:
             flat = torch.frombuffer(shm.buf, dtype=torch.float32)
             width = sum(n for _, _, n in layout)
             for row, res in zip(rows, results):
-                flat[row * width : (row + 1) * width].copy_(torch.cat([res.params[k].reshape(-1) for k, _, _ in layout]))
+                flat[row * width : (row + 1) * width].copy_(
+                    torch.cat([res.params[k].reshape(-1) for k, _, _ in layout])
+                )
                 for k, _, _ in layout:
                     del res.params[k]
             del flat  # release the exported buffer before closing
@@ -119,9 +121,13 @@ class PoolEngine:
         # two chunks per worker: enough to even out unequal clients, few enough that the
         # hand-over gaps between chunks stay small
         chunks = _balanced_chunks(work, self.workers * 2)
-        payload = lambda chunk: (spec, [items[i] for i in chunk], *extra) + (  # noqa: E731
-            ((block[0], chunk, block[1]),) if block is not None else ())
-        futures = [self._executor().submit(fn, pickle.dumps(payload(chunk), protocol=pickle.HIGHEST_PROTOCOL)) for chunk in chunks]
+        payload = lambda chunk: (  # noqa: E731
+            (spec, [items[i] for i in chunk], *extra) + (((block[0], chunk, block[1]),) if block is not None else ())
+        )
+        futures = [
+            self._executor().submit(fn, pickle.dumps(payload(chunk), protocol=pickle.HIGHEST_PROTOCOL))
+            for chunk in chunks
+        ]
         out: list = [None] * len(items)
         for chunk, fut in zip(chunks, futures):
             for i, res in zip(chunk, pickle.loads(fut.result())):

@@ -82,7 +82,11 @@ class VmapEngine:
         names = [n for n, _ in model.named_parameters()]
         stack = lambda dicts: {n: torch.stack([d[n] for d in dicts]).to(dev) for n in names}  # noqa: E731  [K, ...]
         params = stack([j.params for j in jobs])
-        bufs = stack([j.momentum for j in jobs]) if jobs[0].momentum is not None else {n: torch.zeros_like(p) for n, p in params.items()}
+        bufs = (
+            stack([j.momentum for j in jobs])
+            if jobs[0].momentum is not None
+            else {n: torch.zeros_like(p) for n, p in params.items()}
+        )
         reg = [j.regulariser for j in jobs]
         anchor = stack([r.anchor for r in reg]) if reg[0] is not None and reg[0].anchor is not None else None
         linear = stack([r.linear for r in reg]) if reg[0] is not None and reg[0].linear is not None else None
@@ -149,5 +153,7 @@ class VmapEngine:
             ls = torch.stack(losses[k]).cpu() if losses[k] else torch.zeros(0)
             epoch_losses = [float(ls[e * per_epoch : (e + 1) * per_epoch].mean()) for e in range(job.epochs) if len(ls)]
             momentum = {n: bufs[n][k].detach().cpu().clone() for n in names} if job.keep_momentum else None
-            results.append(JobResult(state, momentum, float(ls.mean()) if len(ls) else float("nan"), steps[k], epoch_losses))
+            results.append(
+                JobResult(state, momentum, float(ls.mean()) if len(ls) else float("nan"), steps[k], epoch_losses)
+            )
         return results

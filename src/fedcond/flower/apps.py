@@ -19,8 +19,9 @@ from .config import FlowerRun
 from .server import serve
 
 
-def make_server_app(runs: list[FlowerRun] | None = None, sink: Callable[[dict], None] | None = None,
-                    wrap_grid: Callable | None = None) -> ServerApp:
+def make_server_app(
+    runs: list[FlowerRun] | None = None, sink: Callable[[dict], None] | None = None, wrap_grid: Callable | None = None
+) -> ServerApp:
     """A ServerApp that serves `runs` one after another on the same SuperNodes (or the one run in
     Flower's run config), handing each result, or {"error": ...} for a run that stopped with a
     FedcondError, to `sink` (or writing them to the run config's `out` as a JSON list).

@@ -18,7 +18,6 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from .. import stats as S
 from ..client_stats import raw_statistics
 from ..engine import Job, LoopEngine, SGDConfig, mean_loss, predict
 from ..errors import FedcondError
@@ -74,7 +73,7 @@ def _spec(text: str) -> ModelSpec:
 
 
 def _held(context: Context) -> dict:
-    return {k[len("held:"):]: from_record(v) for k, v in context.state.array_records.items() if k.startswith("held:")}
+    return {k[len("held:") :]: from_record(v) for k, v in context.state.array_records.items() if k.startswith("held:")}
 
 
 def _stats(context: Context) -> torch.Tensor:
@@ -104,8 +103,17 @@ def hello(msg: Message, context: Context) -> Message:
     run, _, fed, me = _my_data(context)
     if index >= fed.num_clients:
         raise FedcondError(f"partition-id {index} does not exist: the scenario has {fed.num_clients} clients")
-    info = {"index": index, "n_train": me.n_train, "n_test": me.n_test, "family": fed.family, "dataset": fed.dataset,
-            "num_classes": fed.num_classes, "input_shape": list(fed.input_shape), "mean": list(fed.mean), "std": list(fed.std)}
+    info = {
+        "index": index,
+        "n_train": me.n_train,
+        "n_test": me.n_test,
+        "family": fed.family,
+        "dataset": fed.dataset,
+        "num_classes": fed.num_classes,
+        "input_shape": list(fed.input_shape),
+        "mean": list(fed.mean),
+        "std": list(fed.std),
+    }
     return _reply(msg, {"info": json.dumps(info)})
 
 
@@ -128,9 +136,14 @@ def _secagg_trust(context: Context, run: FlowerRun) -> tuple[int, bytes | None, 
     `secagg-roster` (a file: JSON {client index: Ed25519 public key, hex})."""
     cfg = context.node_config
     try:
-        identity = bytes.fromhex(Path(str(cfg["secagg-identity"])).read_text().strip()) if "secagg-identity" in cfg else None
-        roster = ({int(k): bytes.fromhex(v) for k, v in json.loads(Path(str(cfg["secagg-roster"])).read_text()).items()}
-                  if "secagg-roster" in cfg else None)
+        identity = (
+            bytes.fromhex(Path(str(cfg["secagg-identity"])).read_text().strip()) if "secagg-identity" in cfg else None
+        )
+        roster = (
+            {int(k): bytes.fromhex(v) for k, v in json.loads(Path(str(cfg["secagg-roster"])).read_text()).items()}
+            if "secagg-roster" in cfg
+            else None
+        )
     except (OSError, ValueError, AttributeError) as e:
         raise FedcondError(f"secure sum: cannot read this node's secagg-identity or secagg-roster ({e})") from None
     default = secure_sum.default_min_peers(len(roster) if roster else run.clients)
@@ -152,7 +165,9 @@ def secagg(msg: Message, context: Context) -> Message:
     publics = {int(k): bytes.fromhex(v) for k, v in json.loads(job["publics"]).items()}
     signatures = {int(k): bytes.fromhex(v) for k, v in json.loads(job.get("signatures", "{}")).items()}
     mine = context.state["fedcond.secagg"]
-    upload = secure_sum.client_upload(raw, index, mine["private"], mine["public"], publics, min_peers, signatures, roster)
+    upload = secure_sum.client_upload(
+        raw, index, mine["private"], mine["public"], publics, min_peers, signatures, roster
+    )
     return _reply(msg, {"masked": upload})
 
 
@@ -166,7 +181,9 @@ def normalise_stats(msg: Message, context: Context) -> Message:
     else:
         mean, std = np.asarray(json.loads(job["mean"])), np.asarray(json.loads(job["std"]))
         s = (raw - mean) / np.where(std > 0, std, 1.0)  # as stats.normalise: constant components become 0
-    context.state["fedcond.stats"] = ArrayRecord({"raw": torch.from_numpy(raw), "s": torch.from_numpy(s).to(torch.float32)})
+    context.state["fedcond.stats"] = ArrayRecord(
+        {"raw": torch.from_numpy(raw), "s": torch.from_numpy(s).to(torch.float32)}
+    )
     return _reply(msg, {"ok": True})
 
 

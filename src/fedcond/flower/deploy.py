@@ -33,13 +33,25 @@ from .keys import FederationKeys, make_federation_keys
 
 APP_PYPROJECT = {
     "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
-    "project": {"name": "fedcond-flower", "version": "1.0.0", "description": "fedcond's ServerApp and ClientApp",
-                "license": "MIT", "dependencies": ["fedcond"]},
+    "project": {
+        "name": "fedcond-flower",
+        "version": "1.0.0",
+        "description": "fedcond's ServerApp and ClientApp",
+        "license": "MIT",
+        "dependencies": ["fedcond"],
+    },
     "tool": {
         "hatch": {"build": {"targets": {"wheel": {"packages": ["."]}}}},
-        "flwr": {"app": {"publisher": "fedcond",
-                         "components": {"serverapp": "fedcond.flower.apps:server_app", "clientapp": "fedcond.flower.apps:client_app"},
-                         "config": {"fedcond-run": "", "out": ""}}},
+        "flwr": {
+            "app": {
+                "publisher": "fedcond",
+                "components": {
+                    "serverapp": "fedcond.flower.apps:server_app",
+                    "clientapp": "fedcond.flower.apps:client_app",
+                },
+                "config": {"fedcond-run": "", "out": ""},
+            }
+        },
     },
 }
 
@@ -73,8 +85,15 @@ class LocalDeployment:
     SuperLink exits or fewer than `min_available` SuperNodes are left (default: a majority). What
     the run does without a node's replies is the run's own rule (FlowerRun.min_replies)."""
 
-    def __init__(self, clients: int, workdir: Path, data_dir: str | None = None, min_available: int | None = None,
-                 keys: Path | None = None, insecure: bool = False):
+    def __init__(
+        self,
+        clients: int,
+        workdir: Path,
+        data_dir: str | None = None,
+        min_available: int | None = None,
+        keys: Path | None = None,
+        insecure: bool = False,
+    ):
         self.clients, self.workdir = clients, Path(workdir).resolve()  # absolute: the processes run inside it
         self.data_dir = data_dir
         self.min_available = clients // 2 + 1 if min_available is None else min_available
@@ -95,8 +114,9 @@ class LocalDeployment:
 
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "w")
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir, start_new_session=True
+        )
         self.procs.append(proc)
         return proc
 
@@ -109,16 +129,33 @@ class LocalDeployment:
         except (OSError, ValueError) as e:
             raise FedcondError(f"{self.keys_folder} is not a folder made by `fedcond flower keys` ({e})") from None
         if nodes != self.clients:  # the roster's size is the federation's: it sets the secure sum's default min_peers
-            raise FedcondError(f"{self.keys_folder} holds keys for {nodes} SuperNodes, not one per each of the {self.clients} clients")
+            raise FedcondError(
+                f"{self.keys_folder} holds keys for {nodes} SuperNodes, not one per each of the {self.clients} clients"
+            )
         return keys
 
     def superlink_args(self) -> list[str]:
-        args = [_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(self.http_port),
-                "--database", str(self.workdir / "state.db"), "--disable-runtime-dependency-installation"]
+        args = [
+            _bin("flower-superlink"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.http_port),
+            "--database",
+            str(self.workdir / "state.db"),
+            "--disable-runtime-dependency-installation",
+        ]
         if self.keys is None:
             return args + ["--insecure"]
-        return args + ["--ssl-ca-certfile", str(self.keys.ca), "--ssl-certfile", str(self.keys.superlink_cert),
-                       "--ssl-keyfile", str(self.keys.superlink_key), "--enable-supernode-auth"]
+        return args + [
+            "--ssl-ca-certfile",
+            str(self.keys.ca),
+            "--ssl-certfile",
+            str(self.keys.superlink_cert),
+            "--ssl-keyfile",
+            str(self.keys.superlink_key),
+            "--enable-supernode-auth",
+        ]
 
     def supernode_args(self, i: int) -> list[str]:
         config = f"partition-id={i}" + (f' data-dir="{self.data_dir}"' if self.data_dir else "")
@@ -126,8 +163,14 @@ class LocalDeployment:
         if self.keys is None:
             return args + ["--insecure", "--node-config", config]
         config += f' secagg-roster="{self.keys.roster}" secagg-identity="{self.keys.identity(i)}"'
-        return args + ["--root-certificates", str(self.keys.ca), "--auth-supernode-private-key", str(self.keys.auth_key(i)),
-                       "--node-config", config]
+        return args + [
+            "--root-certificates",
+            str(self.keys.ca),
+            "--auth-supernode-private-key",
+            str(self.keys.auth_key(i)),
+            "--node-config",
+            config,
+        ]
 
     def __enter__(self) -> "LocalDeployment":
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -135,7 +178,9 @@ class LocalDeployment:
         self.keys = None if self.insecure else self._load_keys()
         trust = {"insecure": True} if self.keys is None else {"root-certificates": str(self.keys.ca)}  # for `flwr`
         connection = {"address": self.address, **trust}
-        (self.flwr_home / "config.toml").write_text(tomli_w.dumps({"superlink": {"default": "fedcond", "fedcond": connection}}))
+        (self.flwr_home / "config.toml").write_text(
+            tomli_w.dumps({"superlink": {"default": "fedcond", "fedcond": connection}})
+        )
         try:
             self._start("superlink", self.superlink_args())
             self._wait_for_port(self.http_port, "SuperLink")
@@ -150,8 +195,14 @@ class LocalDeployment:
 
     def register(self, public_key: Path) -> None:
         """Admit a SuperNode's authentication key (`flwr supernode register`, over the Control API)."""
-        done = subprocess.run([_bin("flwr"), "supernode", "register", str(public_key), "fedcond"], env=self.env,
-                              cwd=self.workdir, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [_bin("flwr"), "supernode", "register", str(public_key), "fedcond"],
+            env=self.env,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             last = (done.stdout + done.stderr).strip().splitlines()[-1:]
             raise FedcondError(f"flwr supernode register {public_key} failed: {last}")
@@ -172,8 +223,14 @@ class LocalDeployment:
         app = write_app(self.workdir / "app")
         overrides = self.workdir / "run-config.toml"
         overrides.write_text(tomli_w.dumps({"fedcond-run": run.to_json(), "out": str(out)}))
-        done = subprocess.run([_bin("flwr"), "run", str(app), "fedcond", "--run-config", str(overrides)], env=self.env,
-                              cwd=self.workdir, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [_bin("flwr"), "run", str(app), "fedcond", "--run-config", str(overrides)],
+            env=self.env,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             raise FedcondError(f"flwr run failed: {(done.stdout + done.stderr).strip().splitlines()[-1:]}")
         return self.wait_for_result(out, timeout)
@@ -188,8 +245,10 @@ class LocalDeployment:
                 raise FedcondError(f"the SuperLink exited early (logs in {self.workdir})")
             alive = sum(p.poll() is None for p in nodes)
             if alive < self.min_available:
-                raise FedcondError(f"only {alive} of {len(nodes)} SuperNodes are running (min_available={self.min_available}; "
-                                   f"logs in {self.workdir})")
+                raise FedcondError(
+                    f"only {alive} of {len(nodes)} SuperNodes are running (min_available={self.min_available}; "
+                    f"logs in {self.workdir})"
+                )
             time.sleep(poll)
         time.sleep(0.2)  # the file is written in one call; give it a moment to be complete
         return json.loads(out.read_text())

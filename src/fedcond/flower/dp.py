@@ -50,8 +50,17 @@ def _plain_conv(conv: nn.Conv2d) -> nn.Conv2d:
     code by exact type, and the models' conv subclass (models/cnn.py) would take its slower generic path."""
     if type(conv) is nn.Conv2d:
         return conv
-    plain = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                      conv.dilation, conv.groups, conv.bias is not None, conv.padding_mode)
+    plain = nn.Conv2d(
+        conv.in_channels,
+        conv.out_channels,
+        conv.kernel_size,
+        conv.stride,
+        conv.padding,
+        conv.dilation,
+        conv.groups,
+        conv.bias is not None,
+        conv.padding_mode,
+    )
     plain.weight, plain.bias = conv.weight, conv.bias
     return plain
 
@@ -89,8 +98,13 @@ def train_private(spec, job: Job, default_sgd: SGDConfig, dp: DPConfig, context:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Opacus warns about secure_mode=False (no CSPRNG): a research setting
             engine = PrivacyEngine(accountant="rdp")
-            model, opt, loader = engine.make_private(module=base, optimizer=opt, data_loader=loader,
-                                                     noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.max_grad_norm)
+            model, opt, loader = engine.make_private(
+                module=base,
+                optimizer=opt,
+                data_loader=loader,
+                noise_multiplier=dp.noise_multiplier,
+                max_grad_norm=dp.max_grad_norm,
+            )
             _train(model, opt, loader, job.epochs, conditioned, losses, epoch_losses)
     _record(context, engine.accountant.history)
     for parent, name, layer in swapped:

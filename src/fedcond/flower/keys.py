@@ -86,12 +86,16 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
 
 
 def _private_pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _is_host_name(host: str) -> bool:
     labels = host.split(".")
-    return 0 < len(host) <= 253 and all(0 < len(x) <= 63 and x.isascii() and x.replace("-", "").isalnum() for x in labels)
+    return 0 < len(host) <= 253 and all(
+        0 < len(x) <= 63 and x.isascii() and x.replace("-", "").isalnum() for x in labels
+    )
 
 
 def _names(hosts: tuple[str, ...]) -> list[x509.GeneralName]:
@@ -107,23 +111,47 @@ def _names(hosts: tuple[str, ...]) -> list[x509.GeneralName]:
     return names
 
 
-def _certificate(subject: str, public_key, issuer: x509.Name, signer, now: datetime.datetime, ca: bool,
-                 names: list[x509.GeneralName] | None = None) -> x509.Certificate:
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-               .issuer_name(issuer).public_key(public_key).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5))  # clocks of nodes differ a little
-               .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
-               .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False))
+def _certificate(
+    subject: str,
+    public_key,
+    issuer: x509.Name,
+    signer,
+    now: datetime.datetime,
+    ca: bool,
+    names: list[x509.GeneralName] | None = None,
+) -> x509.Certificate:
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))  # clocks of nodes differ a little
+        .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+    )
     if ca:
-        builder = builder.add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                                      data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                                      crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
     else:
-        builder = (builder.add_extension(x509.SubjectAlternativeName(names or []), critical=False)
-                   .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False))
+        builder = (
+            builder.add_extension(x509.SubjectAlternativeName(names or []), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False)
+        )
     return builder.sign(signer, hashes.SHA256())
 
 
@@ -150,7 +178,9 @@ def make_federation_keys(out: Path, nodes: int, hosts: tuple[str, ...] = ()) -> 
     _write(keys.ca, ca_cert.public_bytes(serialization.Encoding.PEM))
 
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = _certificate("fedcond SuperLink", server_key.public_key(), ca_name, ca_key, now, ca=False, names=names)
+    server_cert = _certificate(
+        "fedcond SuperLink", server_key.public_key(), ca_name, ca_key, now, ca=False, names=names
+    )
     _write(keys.superlink_cert, server_cert.public_bytes(serialization.Encoding.PEM))
     _write(keys.superlink_key, _private_pem(server_key), private=True)
 
@@ -158,10 +188,17 @@ def make_federation_keys(out: Path, nodes: int, hosts: tuple[str, ...] = ()) -> 
     for i in range(nodes):
         keys.node(i).mkdir()
         auth = ec.generate_private_key(AUTH_CURVE())
-        _write(keys.auth_key(i), auth.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                                    serialization.NoEncryption()), private=True)
-        _write(keys.auth_pub(i), auth.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                                                serialization.PublicFormat.OpenSSH) + b"\n")
+        _write(
+            keys.auth_key(i),
+            auth.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+            ),
+            private=True,
+        )
+        _write(
+            keys.auth_pub(i),
+            auth.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b"\n",
+        )
         private, public = secure_sum.new_identity()
         _write(keys.identity(i), private.hex().encode() + b"\n", private=True)
         roster[str(i)] = public.hex()

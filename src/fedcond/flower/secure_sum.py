@@ -57,7 +57,9 @@ def new_keypair() -> tuple[bytes, bytes]:
 def new_identity() -> tuple[bytes, bytes]:
     """(private, public) raw Ed25519 keys: a node's long-term identity, whose public half goes in the roster."""
     key = Ed25519PrivateKey.generate()
-    return key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()), key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()), key.public_key().public_bytes(
+        Encoding.Raw, PublicFormat.Raw
+    )
 
 
 def _signed_text(index: int, public: bytes) -> bytes:
@@ -75,8 +77,14 @@ def default_min_peers(clients: int) -> int:
     return max(1, min(3, clients - 1))
 
 
-def check_peers(me: int, my_public: bytes, publics: dict[int, bytes], min_peers: int,
-                signatures: dict[int, bytes] | None = None, roster: dict[int, bytes] | None = None) -> None:
+def check_peers(
+    me: int,
+    my_public: bytes,
+    publics: dict[int, bytes],
+    min_peers: int,
+    signatures: dict[int, bytes] | None = None,
+    roster: dict[int, bytes] | None = None,
+) -> None:
     """Refuse (FedcondError) a key list this client must not mask with; see the module docstring."""
     if publics.get(me) != my_public:
         raise FedcondError(f"secure sum: the server's key list does not hold client {me}'s own key; not uploading")
@@ -84,17 +92,23 @@ def check_peers(me: int, my_public: bytes, publics: dict[int, bytes], min_peers:
         raise FedcondError("secure sum: the server's key list repeats a key; not uploading")
     peers = len(publics) - 1
     if peers < min_peers:
-        raise FedcondError(f"secure sum: the server's key list holds {peers} other clients, fewer than the {min_peers} "
-                           f"this client requires (secagg-min-peers); not uploading")
+        raise FedcondError(
+            f"secure sum: the server's key list holds {peers} other clients, fewer than the {min_peers} "
+            f"this client requires (secagg-min-peers); not uploading"
+        )
     if roster is None:
         return
     for j, pk in publics.items():
         if j not in roster:
-            raise FedcondError(f"secure sum: the key list names client {j}, who is not in this node's roster; not uploading")
+            raise FedcondError(
+                f"secure sum: the key list names client {j}, who is not in this node's roster; not uploading"
+            )
         try:
             Ed25519PublicKey.from_public_bytes(roster[j]).verify((signatures or {}).get(j, b""), _signed_text(j, pk))
         except (InvalidSignature, ValueError):
-            raise FedcondError(f"secure sum: client {j}'s key is not signed by its identity in the roster; not uploading") from None
+            raise FedcondError(
+                f"secure sum: client {j}'s key is not signed by its identity in the roster; not uploading"
+            ) from None
 
 
 def mask_stream(key: bytes, nbytes: int) -> bytes:
@@ -110,7 +124,7 @@ def _mask(private: bytes, peer_public: bytes, size: int) -> list[int]:
     shared = X25519PrivateKey.from_private_bytes(private).exchange(X25519PublicKey.from_public_bytes(peer_public))
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"fedcond secure sum").derive(shared)
     stream = mask_stream(key, size * _WORD)
-    return [int.from_bytes(stream[i * _WORD:(i + 1) * _WORD], "little") for i in range(size)]
+    return [int.from_bytes(stream[i * _WORD : (i + 1) * _WORD], "little") for i in range(size)]
 
 
 def quantise(values: np.ndarray) -> list[int]:
@@ -132,8 +146,16 @@ def masked_upload(values: np.ndarray, me: int, private: bytes, publics: dict[int
     return b"".join((a % MODULUS).to_bytes(_WORD, "little") for a in out)
 
 
-def client_upload(values: np.ndarray, me: int, private: bytes, public: bytes, publics: dict[int, bytes], min_peers: int,
-                  signatures: dict[int, bytes] | None = None, roster: dict[int, bytes] | None = None) -> bytes:
+def client_upload(
+    values: np.ndarray,
+    me: int,
+    private: bytes,
+    public: bytes,
+    publics: dict[int, bytes],
+    min_peers: int,
+    signatures: dict[int, bytes] | None = None,
+    roster: dict[int, bytes] | None = None,
+) -> bytes:
     """What a client sends in the masked phase: nothing (FedcondError) unless `check_peers` accepts the key list."""
     check_peers(me, public, publics, min_peers, signatures, roster)
     return masked_upload(values, me, private, publics)
@@ -146,9 +168,11 @@ def unmask_sums(uploads: dict[int, bytes], width: int) -> tuple[list[int], list[
     for i, u in uploads.items():
         if not isinstance(u, bytes) or len(u) != 2 * width * _WORD:
             size = len(u) if isinstance(u, bytes) else type(u).__name__
-            raise FedcondError(f"secure sum: client {i}'s upload is {size} bytes, not the {2 * width * _WORD} of "
-                               f"{width} statistics; the run stops")
-        total = [(t + int.from_bytes(u[k * _WORD:(k + 1) * _WORD], "little")) % MODULUS for k, t in enumerate(total)]
+            raise FedcondError(
+                f"secure sum: client {i}'s upload is {size} bytes, not the {2 * width * _WORD} of "
+                f"{width} statistics; the run stops"
+            )
+        total = [(t + int.from_bytes(u[k * _WORD : (k + 1) * _WORD], "little")) % MODULUS for k, t in enumerate(total)]
     signed = [t - MODULUS if t >= MODULUS // 2 else t for t in total]
     return signed[:width], signed[width:]
 
@@ -159,10 +183,16 @@ def zscore_from_sums(s1: list[int], s2: list[int], n: int) -> tuple[np.ndarray, 
     n S2 >= S1^2 always holds for real values) stop the run: a client uploaded garbage."""
     scale = 1 << FRACTION_BITS
     bound = n * (2**40) * scale
-    bad = [k for k, (a, b) in enumerate(zip(s1, s2)) if abs(a) >= bound or not 0 <= b < n * bound * bound or n * b - a * a < 0]
+    bad = [
+        k
+        for k, (a, b) in enumerate(zip(s1, s2))
+        if abs(a) >= bound or not 0 <= b < n * bound * bound or n * b - a * a < 0
+    ]
     if bad:
-        raise FedcondError(f"secure sum: the summed uploads are not statistics of {n} clients (components {bad[:5]}: "
-                           f"mean beyond 2^40 or negative variance); a client uploaded garbage; the run stops")
+        raise FedcondError(
+            f"secure sum: the summed uploads are not statistics of {n} clients (components {bad[:5]}: "
+            f"mean beyond 2^40 or negative variance); a client uploaded garbage; the run stops"
+        )
     mean = np.array([float(Fraction(a, n * scale)) for a in s1])
     var = [Fraction(n * b - a * a, n * n * scale * scale) for a, b in zip(s1, s2)]
     std = np.array([math.sqrt(float(v)) if v > 0 else 0.0 for v in var])

@@ -49,7 +49,9 @@ class ServerContext(Context):
 
     def pooled(self, members: tuple[int, ...], conditioned: bool):
         if len(members) != 1:
-            raise FedcondError("training on several clients' pooled data is not federated; use a server-topology method")
+            raise FedcondError(
+                "training on several clients' pooled data is not federated; use a server-topology method"
+            )
         i = members[0]
         return RemoteData(i), RemoteData(i), (RemoteData(i) if conditioned else None)
 
@@ -180,18 +182,26 @@ def hold_personal_models(state: State, num_clients: int, exchange: Exchange) -> 
 def secure_normalisation(exchange: Exchange, clients: list[int], width: int, how: str, log) -> None:
     """Every client ends with its normalised s_i in its node state; the server sees only sums."""
     if how == "log":
-        replies = exchange({i: RecordDict({"job": ConfigRecord({"how": "log"})}) for i in clients}, "query.stats", "stats")
+        replies = exchange(
+            {i: RecordDict({"job": ConfigRecord({"how": "log"})}) for i in clients}, "query.stats", "stats"
+        )
     else:
-        keys = exchange({i: RecordDict({"job": ConfigRecord({"phase": "keys"})}) for i in clients}, "query.secagg", "stats")
+        keys = exchange(
+            {i: RecordDict({"job": ConfigRecord({"phase": "keys"})}) for i in clients}, "query.secagg", "stats"
+        )
         if len(keys) < len(clients):
-            raise FedcondError("secure normalisation: a client dropped out during the key exchange; start the run again")
+            raise FedcondError(
+                "secure normalisation: a client dropped out during the key exchange; start the run again"
+            )
         publics = {str(i): keys[i]["result"]["public"].hex() for i in clients}
         signatures = {str(i): keys[i]["result"].get("signature", b"").hex() for i in clients}  # checked by each client
         job = {"phase": "masked", "publics": json.dumps(publics), "signatures": json.dumps(signatures)}
         uploads = exchange({i: RecordDict({"job": ConfigRecord(job)}) for i in clients}, "query.secagg", "stats")
         if len(uploads) < len(clients):
-            raise FedcondError("secure normalisation: a client dropped out or refused the key list before its masked upload; "
-                               "start the run again")
+            raise FedcondError(
+                "secure normalisation: a client dropped out or refused the key list before its masked upload; "
+                "start the run again"
+            )
         s1, s2 = secure_sum.unmask_sums({i: uploads[i]["result"]["masked"] for i in clients}, width)
         mean, std = secure_sum.zscore_from_sums(s1, s2, len(clients))
         content = {"how": "zscore", "mean": json.dumps(mean.tolist()), "std": json.dumps(std.tolist())}
@@ -220,7 +230,9 @@ def load_checkpoint(path: Path, run: FlowerRun) -> tuple[State, int] | None:
         old = FlowerRun.from_json(header["run"])
         done = int(header["rounds_done"])
     except (KeyError, TypeError, ValueError) as e:
-        raise FedcondError(f"checkpoint {path} does not say which run it belongs to ({e}); remove it or choose another path") from None
+        raise FedcondError(
+            f"checkpoint {path} does not say which run it belongs to ({e}); remove it or choose another path"
+        ) from None
     if dataclasses.replace(old, rounds=None, drop=()) != dataclasses.replace(run, rounds=None, drop=()):
         raise FedcondError(f"checkpoint {path} belongs to a different run; remove it or choose another path")
     state = safe_state.decode(text, tensors)
@@ -258,20 +270,34 @@ def serve(grid, run: FlowerRun, log: Callable[[str], None] = _to_stderr) -> dict
     state = run_rounds(alg, ctx, state, range(done, run.num_rounds), run.method, before=before, after=after)
     scores = evaluate(exchange, ctx, state, alg.conditioned, run.min_replies)  # whoever answers; the rest listed
     return {
-        "method": run.method, "experiment": run.experiment, "rounds": run.num_rounds, "resumed_after": done, **scores,
-        "train_loss": state.train_loss, "history": history, "hyperparameters": hyperparameters(alg),
-        "dropped": [list(d) for d in exchange.dropped], "seconds": time.perf_counter() - start,
+        "method": run.method,
+        "experiment": run.experiment,
+        "rounds": run.num_rounds,
+        "resumed_after": done,
+        **scores,
+        "train_loss": state.train_loss,
+        "history": history,
+        "hyperparameters": hyperparameters(alg),
+        "dropped": [list(d) for d in exchange.dropped],
+        "seconds": time.perf_counter() - start,
         "delta": run.dp.delta if run.dp else None,
         "normalisation": run.normalisation if alg.conditioned else None,
     }
+
 
 def connect(grid, run: FlowerRun, conditioned: bool, log: Callable[[str], None]) -> tuple[Exchange, Federation]:
     """Wait for the SuperNodes, learn which partition each holds, and the federation's shape (sizes only)."""
     nodes = wait_for_nodes(grid, run.clients, run.node_timeout)
     hello = Exchange(grid, {k: n for k, n in enumerate(nodes)}, run.reply_timeout, log)
     setup = {"run": run.to_json(), "conditioned": conditioned}
-    info = hello({k: RecordDict({"job": ConfigRecord({k2: json.dumps(v) for k2, v in setup.items()})}) for k in range(len(nodes))},
-                 "query.hello", "hello")
+    info = hello(
+        {
+            k: RecordDict({"job": ConfigRecord({k2: json.dumps(v) for k2, v in setup.items()})})
+            for k in range(len(nodes))
+        },
+        "query.hello",
+        "hello",
+    )
     metas = {k: json.loads(c["result"]["info"]) for k, c in info.items()}
     indices = sorted(m["index"] for m in metas.values())
     if indices != list(range(run.clients)):
@@ -279,14 +305,24 @@ def connect(grid, run: FlowerRun, conditioned: bool, log: Callable[[str], None])
     node_of = {metas[k]["index"]: nodes[k] for k in metas}
     exchange = Exchange(grid, node_of, run.reply_timeout, log)
     first = metas[next(iter(metas))]
-    clients = tuple(RemoteClient(m["index"], m["n_train"], m["n_test"]) for m in sorted(metas.values(), key=lambda m: m["index"]))
-    fed = Federation(first["family"], first["dataset"], clients, first["num_classes"], tuple(first["input_shape"]),
-                     tuple(first["mean"]), tuple(first["std"]))
+    clients = tuple(
+        RemoteClient(m["index"], m["n_train"], m["n_test"]) for m in sorted(metas.values(), key=lambda m: m["index"])
+    )
+    fed = Federation(
+        first["family"],
+        first["dataset"],
+        clients,
+        first["num_classes"],
+        tuple(first["input_shape"]),
+        tuple(first["mean"]),
+        tuple(first["std"]),
+    )
     return exchange, fed
 
 
-def server_context(exchange: Exchange, fed: Federation, run: FlowerRun, conditioned: bool,
-                   log: Callable[[str], None]) -> ServerContext:
+def server_context(
+    exchange: Exchange, fed: Federation, run: FlowerRun, conditioned: bool, log: Callable[[str], None]
+) -> ServerContext:
     """The algorithm's context on the server (the clients' statistics normalised first, on the clients)."""
     protocol = run.protocol
     stat_dim = S.statistic_dim(protocol.statistic, protocol.num_eigenvalues, fed.num_classes)
@@ -295,14 +331,21 @@ def server_context(exchange: Exchange, fed: Federation, run: FlowerRun, conditio
     plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
     engine = FlowerEngine(exchange, SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), run.min_replies)
     return ServerContext(
-        federation=fed, plain_model=plain,
+        federation=fed,
+        plain_model=plain,
         conditioned_model=dataclasses.replace(plain, stat_dim=stat_dim) if conditioned else None,
-        engine=engine, seed=run.seed, local_epochs=protocol.local_epochs, rounds=run.num_rounds, stats=None, truth=None,
+        engine=engine,
+        seed=run.seed,
+        local_epochs=protocol.local_epochs,
+        rounds=run.num_rounds,
+        stats=None,
+        truth=None,
     )
 
 
-def first_state(alg, ctx: ServerContext, exchange: Exchange, run: FlowerRun, ckpt_path: Path | None,
-                log: Callable[[str], None]) -> tuple[State, int]:
+def first_state(
+    alg, ctx: ServerContext, exchange: Exchange, run: FlowerRun, ckpt_path: Path | None, log: Callable[[str], None]
+) -> tuple[State, int]:
     """The state to start from and the rounds already done: the checkpoint's, or `init`'s with the
     personal models handed to their clients."""
     resumed = load_checkpoint(ckpt_path, run) if ckpt_path else None
@@ -310,7 +353,9 @@ def first_state(alg, ctx: ServerContext, exchange: Exchange, run: FlowerRun, ckp
         return hold_personal_models(alg.init(ctx), ctx.federation.num_clients, exchange), 0
     state, done = resumed
     if any(isinstance(m, ClientHeld) for m in state.models):
-        raise FedcondError("this method keeps models on the clients; a new run cannot resume them from the server's checkpoint")
+        raise FedcondError(
+            "this method keeps models on the clients; a new run cannot resume them from the server's checkpoint"
+        )
     log(f"resumed from {ckpt_path} after round {done}")
     return state, done
 
@@ -331,8 +376,10 @@ def evaluate(exchange: Exchange, ctx: ServerContext, state: State, conditioned: 
     replies = exchange(contents, "evaluate", "evaluate")
     missing = sorted(set(contents) - set(replies))
     if len(replies) < min(min_replies, len(contents)):
-        raise FedcondError(f"evaluate: only {len(replies)} of {len(contents)} clients returned their evaluation "
-                           f"(min_replies={min_replies}); clients {missing} did not")
+        raise FedcondError(
+            f"evaluate: only {len(replies)} of {len(contents)} clients returned their evaluation "
+            f"(min_replies={min_replies}); clients {missing} did not"
+        )
     per_client, correct, total, eps = [], 0, 0, []
     for i in range(len(contents)):
         if i not in replies:
@@ -344,6 +391,11 @@ def evaluate(exchange: Exchange, ctx: ServerContext, state: State, conditioned: 
         if "epsilon" in m:
             eps.append(float(m["epsilon"]))
     answered = [a for a in per_client if a is not None]
-    return {"accuracy": float(np.mean(answered)), "accuracy_std": float(np.std(answered)),
-            "weighted_accuracy": correct / max(1, total), "per_client": per_client, "not_evaluated": missing,
-            "epsilon": max(eps) if eps else None}
+    return {
+        "accuracy": float(np.mean(answered)),
+        "accuracy_std": float(np.std(answered)),
+        "weighted_accuracy": correct / max(1, total),
+        "per_client": per_client,
+        "not_evaluated": missing,
+        "epsilon": max(eps) if eps else None,
+    }

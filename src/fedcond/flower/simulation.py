@@ -39,9 +39,15 @@ def simulate_all(runs: list[FlowerRun], workers: int = 1, wrap_grid=None, sink=N
 
     server = make_server_app(runs, keep, wrap_grid)
     logging.getLogger("flwr").setLevel(logging.WARNING)
-    run_simulation(server, client_app, num_supernodes=runs[0].clients,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": workers, "num_gpus": 0, "include_dashboard": False}})
+    run_simulation(
+        server,
+        client_app,
+        num_supernodes=runs[0].clients,
+        backend_config={
+            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+            "init_args": {"num_cpus": workers, "num_gpus": 0, "include_dashboard": False},
+        },
+    )
     if len(out) < len(runs):
         raise FedcondError("the Flower simulation ended early (see the log above for the server's error)")
     return out

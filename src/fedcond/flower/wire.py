@@ -66,18 +66,25 @@ def encode_jobs(jobs: list[Job], spec_json: str, kind: str = "train", **extra) -
         if job.loss_fn is not None:
             raise FedcondError("custom local losses (FedProc, JDFL) do not run over Flower yet")
         reg = job.regulariser
-        out.append({
-            "params": blobs.ref(job.params),
-            "epochs": job.epochs,
-            "seed": list(job.seed),
-            "momentum": blobs.ref(job.momentum),
-            "keep_momentum": job.keep_momentum,
-            "sgd": None if job.sgd is None else [job.sgd.lr, job.sgd.momentum, job.sgd.batch_size, job.sgd.weight_decay,
-                                                 job.sgd.max_grad_norm],
-            "reg": None if reg is None else {"mu": reg.mu, "anchor": blobs.ref(reg.anchor), "linear": blobs.ref(reg.linear)},
-        })
+        out.append(
+            {
+                "params": blobs.ref(job.params),
+                "epochs": job.epochs,
+                "seed": list(job.seed),
+                "momentum": blobs.ref(job.momentum),
+                "keep_momentum": job.keep_momentum,
+                "sgd": None
+                if job.sgd is None
+                else [job.sgd.lr, job.sgd.momentum, job.sgd.batch_size, job.sgd.weight_decay, job.sgd.max_grad_norm],
+                "reg": None
+                if reg is None
+                else {"mu": reg.mu, "anchor": blobs.ref(reg.anchor), "linear": blobs.ref(reg.linear)},
+            }
+        )
     content = RecordDict({**blobs.records})
-    content["job"] = ConfigRecord({"kind": kind, "spec": spec_json, "jobs": json.dumps(out), **{k: json.dumps(v) for k, v in extra.items()}})
+    content["job"] = ConfigRecord(
+        {"kind": kind, "spec": spec_json, "jobs": json.dumps(out), **{k: json.dumps(v) for k, v in extra.items()}}
+    )
     return content
 
 
@@ -96,16 +103,20 @@ def decode_jobs(content: RecordDict, held: dict[str, Params]) -> list[dict]:
     out = []
     for j in json.loads(content["job"]["jobs"]):
         reg = j["reg"]
-        out.append({
-            "params": get(j["params"]),
-            "epochs": int(j["epochs"]),
-            "seed": tuple(j["seed"]),
-            "momentum": get(j["momentum"]),
-            "keep_momentum": bool(j["keep_momentum"]),
-            "sgd": None if j["sgd"] is None else SGDConfig(*j["sgd"][:2], int(j["sgd"][2]), *j["sgd"][3:]),
-            "regulariser": None if reg is None else Regulariser(mu=reg["mu"], anchor=get(reg["anchor"]), linear=get(reg["linear"])),
-            "held_slot": j["params"]["held"] if isinstance(j["params"], dict) else None,
-        })
+        out.append(
+            {
+                "params": get(j["params"]),
+                "epochs": int(j["epochs"]),
+                "seed": tuple(j["seed"]),
+                "momentum": get(j["momentum"]),
+                "keep_momentum": bool(j["keep_momentum"]),
+                "sgd": None if j["sgd"] is None else SGDConfig(*j["sgd"][:2], int(j["sgd"][2]), *j["sgd"][3:]),
+                "regulariser": None
+                if reg is None
+                else Regulariser(mu=reg["mu"], anchor=get(reg["anchor"]), linear=get(reg["linear"])),
+                "held_slot": j["params"]["held"] if isinstance(j["params"], dict) else None,
+            }
+        )
     return out
 
 

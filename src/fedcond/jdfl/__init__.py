@@ -5,4 +5,14 @@ from .discovery import Discovery, DiscoveryConfig, discover, elbow
 from .targets import JointLabelLoss, collapse, graded_weights
 from .wrapper import JDFL, Supervision
 
-__all__ = ["JDFL", "Discovery", "DiscoveryConfig", "JointLabelLoss", "Supervision", "collapse", "discover", "elbow", "graded_weights"]
+__all__ = [
+    "JDFL",
+    "Discovery",
+    "DiscoveryConfig",
+    "JointLabelLoss",
+    "Supervision",
+    "collapse",
+    "discover",
+    "elbow",
+    "graded_weights",
+]

@@ -54,14 +54,28 @@ def run_cells(scenario, names: list[str], protocol, seed: int, workers: int = 1)
                 fits = fit_all(vectors, max(true_m, min(8, len(truth) - 1)), seed)
                 fixed = cluster(vectors, true_m, max_slots=8, seed=seed, fits=fits)
                 elbow = cluster(vectors, None, max_slots=8, seed=seed, fits=fits)
-                extra = {"ari": ari(fixed.domains, truth), "elbow": elbow.slots,
-                         "ari_elbow": ari(elbow.domains, truth), "true_domains": true_m,
-                         "inertia": list(elbow.inertia), "e0": e0, "batch": batch, "layers": layers,
-                         "parameters": len(layer_names(model, layers))}
-                yield MethodResult(method=name, accuracy=float("nan"), accuracy_std=float("nan"),
-                                   weighted_accuracy=float("nan"), per_client=[], rounds=0, train_loss=float("nan"),
-                                   seconds=time.perf_counter() - t + train_seconds / len(group),
-                                   hyperparameters={"e0": e0, "batch": batch, "layers": layers}, extra=extra)
+                extra = {
+                    "ari": ari(fixed.domains, truth),
+                    "elbow": elbow.slots,
+                    "ari_elbow": ari(elbow.domains, truth),
+                    "true_domains": true_m,
+                    "inertia": list(elbow.inertia),
+                    "e0": e0,
+                    "batch": batch,
+                    "layers": layers,
+                    "parameters": len(layer_names(model, layers)),
+                }
+                yield MethodResult(
+                    method=name,
+                    accuracy=float("nan"),
+                    accuracy_std=float("nan"),
+                    weighted_accuracy=float("nan"),
+                    per_client=[],
+                    rounds=0,
+                    train_loss=float("nan"),
+                    seconds=time.perf_counter() - t + train_seconds / len(group),
+                    hyperparameters={"e0": e0, "batch": batch, "layers": layers},
+                    extra=extra,
+                )
     finally:
         engine.close()
-

@@ -42,7 +42,10 @@ class DiscoveryConfig:
         if self.e0 < 1:
             raise FedcondError(f"discovery needs e0 >= 1 local epochs, got {self.e0}")
         if self.layers not in LAYER_SUBSETS:
-            raise FedcondError(f"unknown layer subset '{self.layers}'; choose A (head), B (last conv + head) or C (last two convs + head)")
+            raise FedcondError(
+                f"unknown layer subset '{self.layers}'; choose A (head), "
+                "B (last conv + head) or C (last two convs + head)"
+            )
         if self.slots is not None and self.slots < 1:
             raise FedcondError(f"the number of pseudo-domains M must be at least 1, got {self.slots}")
         if self.batch_size is not None and self.batch_size < 1:
@@ -93,8 +96,19 @@ def update_snapshots(ctx, epochs: int, batch_size: int | None = None) -> tuple[d
     momentum = [None] * n
     snaps = []
     for e in range(epochs):
-        jobs = [ctx.job(current[i], (i,), False, seed=(_DISCOVERY, e, i), epochs=1, momentum=momentum[i],
-                        keep_momentum=True, sgd=sgd) for i in range(n)]
+        jobs = [
+            ctx.job(
+                current[i],
+                (i,),
+                False,
+                seed=(_DISCOVERY, e, i),
+                epochs=1,
+                momentum=momentum[i],
+                keep_momentum=True,
+                sgd=sgd,
+            )
+            for i in range(n)
+        ]
         results = ctx.engine.train(spec, jobs)
         current = [r.params for r in results]
         momentum = [r.momentum for r in results]
@@ -161,5 +175,7 @@ def cached_snapshots(ctx, epochs: int, batch_size: int | None):
         if k == key and fed is ctx.federation and len(snaps) >= epochs:
             return w0, snaps
     w0, snaps = update_snapshots(ctx, epochs, batch_size)
-    _CACHE[:] = [e for e in _CACHE if not (e[0] == key and e[1] is ctx.federation)][-3:] + [(key, ctx.federation, (w0, snaps))]
+    _CACHE[:] = [e for e in _CACHE if not (e[0] == key and e[1] is ctx.federation)][-3:] + [
+        (key, ctx.federation, (w0, snaps))
+    ]
     return w0, snaps

@@ -56,8 +56,16 @@ class Supervision:
         if len(members) != 1:
             raise FedcondError("JDFL targets are per client: a job must hold one client's data")
         z = self.domains[members[0]]
-        return JointLabelLoss(self.scheme, self.slots, self.num_classes, own=z, weights=self.weights[z],
-                              phi=self.phi, seed=seed, draw=self.draw)
+        return JointLabelLoss(
+            self.scheme,
+            self.slots,
+            self.num_classes,
+            own=z,
+            weights=self.weights[z],
+            phi=self.phi,
+            seed=seed,
+            draw=self.draw,
+        )
 
     def collapse(self, logits):
         return collapse(logits, self.slots, self.how)
@@ -114,8 +122,12 @@ class JDFL(Algorithm):
 
     def supervision(self, disc: Discovery, num_classes: int) -> Supervision:
         alpha = self.alpha if self.alpha is not None else default_alpha(disc.slots)
-        weights = tuple(tuple(float(v) for v in graded_weights(z, disc.centroid_cos, alpha, self.tau)) for z in range(disc.slots))
-        return Supervision(self.scheme, disc.slots, num_classes, disc.domains, weights, self.phi, self.collapse, self.draw)
+        weights = tuple(
+            tuple(float(v) for v in graded_weights(z, disc.centroid_cos, alpha, self.tau)) for z in range(disc.slots)
+        )
+        return Supervision(
+            self.scheme, disc.slots, num_classes, disc.domains, weights, self.phi, self.collapse, self.draw
+        )
 
     def context(self, ctx, disc: Discovery):
         """The base's context: M x C outputs and per-client targets (M = 1: the context unchanged)."""
@@ -125,15 +137,25 @@ class JDFL(Algorithm):
         plain = dataclasses.replace(ctx.plain_model, num_classes=disc.slots * c)
         initial = replicated_head(ctx, disc.slots) if self.head_init == "replicate" else None
         supervision = self.supervision(disc, c)
-        return dataclasses.replace(ctx, plain_model=plain, loss_hook=supervision.loss, scores=supervision.collapse,
-                                   initial_params=initial, _cache=ctx._cache)
+        return dataclasses.replace(
+            ctx,
+            plain_model=plain,
+            loss_hook=supervision.loss,
+            scores=supervision.collapse,
+            initial_params=initial,
+            _cache=ctx._cache,
+        )
 
     def evaluation_context(self, ctx, state):
         return self.context(ctx, state.extra["jdfl"])
 
     def _tag(self, state, disc: Discovery):
-        metrics = {**state.metrics, "pseudo_domains": disc.slots, "elbow": disc.elbow,
-                   "pseudo_domain_of_client": list(disc.domains)}
+        metrics = {
+            **state.metrics,
+            "pseudo_domains": disc.slots,
+            "elbow": disc.elbow,
+            "pseudo_domain_of_client": list(disc.domains),
+        }
         return dataclasses.replace(state, extra={**state.extra, "jdfl": disc}, clusters=disc.domains, metrics=metrics)
 
     def init(self, ctx):
@@ -143,4 +165,3 @@ class JDFL(Algorithm):
     def round(self, ctx, state, r: int):
         disc = state.extra["jdfl"]
         return self._tag(self.base.round(self.context(ctx, disc), state, r), disc)
-

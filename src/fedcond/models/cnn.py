@@ -24,8 +24,18 @@ CONDITIONINGS = ("concat", "film")
 class ConditionedCNN(nn.Module):
     """Conv blocks -> flatten -> [concat s] -> FC hidden -> FC classes."""
 
-    def __init__(self, blocks: nn.ModuleList, block_channels: list[int], flat: int, hidden: int,
-                 num_classes: int, stat_dim: int, conditioning: str, mean, std):
+    def __init__(
+        self,
+        blocks: nn.ModuleList,
+        block_channels: list[int],
+        flat: int,
+        hidden: int,
+        num_classes: int,
+        stat_dim: int,
+        conditioning: str,
+        mean,
+        std,
+    ):
         super().__init__()
         if conditioning not in CONDITIONINGS:
             raise FedcondError(f"unknown conditioning '{conditioning}'; choose {' or '.join(CONDITIONINGS)}")
@@ -88,7 +98,9 @@ class _Block(nn.Module):
     def __init__(self, conv: nn.Module, rest: nn.Module):
         super().__init__()
         self.conv, self.rest = conv, rest
-        self.kernel: str | None = None  # "first" | "conv_pool" | "pool": a compiled CPU kernel runs it (use_cpu_kernels)
+        self.kernel: str | None = (
+            None  # "first" | "conv_pool" | "pool": a compiled CPU kernel runs it (use_cpu_kernels)
+        )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """The unmodulated block; "first": conv, pool and ReLU in one kernel (its input is the data)."""
@@ -100,7 +112,9 @@ class _Block(nn.Module):
 
     def finish(self, h: torch.Tensor) -> torch.Tensor:
         """What follows the conv (and FiLM's modulation): the compiled pool kernel where switched on."""
-        if self.kernel and cpu_kernels.usable(h) and cpu_kernels.enabled("pool_relu"):  # usable first: never builds here
+        if (
+            self.kernel and cpu_kernels.usable(h) and cpu_kernels.enabled("pool_relu")
+        ):  # usable first: never builds here
             return cpu_kernels.PoolReLU.apply(h)
         return self.rest(h)
 
@@ -128,27 +142,42 @@ def _pool_relu() -> _PoolReLU:
     return _PoolReLU(nn.MaxPool2d(2), nn.ReLU(inplace=True))
 
 
-def mnist_cnn(num_classes: int = 10, stat_dim: int = 0, conditioning: str = "concat",
-              mean=(0.1307,), std=(0.3081,)) -> ConditionedCNN:
+def mnist_cnn(
+    num_classes: int = 10, stat_dim: int = 0, conditioning: str = "concat", mean=(0.1307,), std=(0.3081,)
+) -> ConditionedCNN:
     """28x28 grey: Conv(1->32) ReLU Pool -> Conv(32->64) ReLU Pool -> 3136 [+L] -> 128 -> K."""
-    blocks = nn.ModuleList([
-        _Block(_Conv2d(1, 32, 3, padding=1), _pool_relu()),  # [B, 32, 14, 14]
-        _Block(_Conv2d(32, 64, 3, padding=1), _pool_relu()),  # [B, 64, 7, 7]
-    ])
+    blocks = nn.ModuleList(
+        [
+            _Block(_Conv2d(1, 32, 3, padding=1), _pool_relu()),  # [B, 32, 14, 14]
+            _Block(_Conv2d(32, 64, 3, padding=1), _pool_relu()),  # [B, 64, 7, 7]
+        ]
+    )
     return ConditionedCNN(blocks, [32, 64], 64 * 7 * 7, 128, num_classes, stat_dim, conditioning, mean, std)
 
 
-def cifar_cnn(num_classes: int = 10, stat_dim: int = 0, conditioning: str = "concat",
-              mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)) -> ConditionedCNN:
+def cifar_cnn(
+    num_classes: int = 10,
+    stat_dim: int = 0,
+    conditioning: str = "concat",
+    mean=(0.4914, 0.4822, 0.4465),
+    std=(0.2470, 0.2435, 0.2616),
+) -> ConditionedCNN:
     """32x32 RGB, batch norm after each conv: [Conv Conv Pool] x 2 (32, 64 channels) -> 4096 [+L] -> 256 -> K.
 
     Each block's first conv is the FiLM hook; ReLU follows each batch norm.
     """
+
     def conv_bn(cin, cout):
         return nn.Sequential(_Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout))
 
-    blocks = nn.ModuleList([
-        _Block(conv_bn(3, 32), nn.Sequential(nn.ReLU(inplace=True), conv_bn(32, 32), _pool_relu())),  # [B, 32, 16, 16]
-        _Block(conv_bn(32, 64), nn.Sequential(nn.ReLU(inplace=True), conv_bn(64, 64), _pool_relu())),  # [B, 64, 8, 8]
-    ])
+    blocks = nn.ModuleList(
+        [
+            _Block(
+                conv_bn(3, 32), nn.Sequential(nn.ReLU(inplace=True), conv_bn(32, 32), _pool_relu())
+            ),  # [B, 32, 16, 16]
+            _Block(
+                conv_bn(32, 64), nn.Sequential(nn.ReLU(inplace=True), conv_bn(64, 64), _pool_relu())
+            ),  # [B, 64, 8, 8]
+        ]
+    )
     return ConditionedCNN(blocks, [32, 64], 64 * 8 * 8, 256, num_classes, stat_dim, conditioning, mean, std)

@@ -53,8 +53,7 @@ def _stage(cin: int, cout: int, blocks: int) -> nn.Sequential:
 class CrossEncoder(nn.Module):
     """The encoder network: ``embed(x)`` gives the 128-d features, ``forward(x)`` the training logits."""
 
-    def __init__(self, num_classes: int, blocks_per_stage: int = 1,
-                 mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)):
+    def __init__(self, num_classes: int, blocks_per_stage: int = 1, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)):
         super().__init__()
         if blocks_per_stage < 1:
             raise ValueError(f"blocks_per_stage must be at least 1, got {blocks_per_stage}")
@@ -69,8 +68,12 @@ class CrossEncoder(nn.Module):
 
     def config(self) -> dict:
         """What it takes to rebuild this network (saved next to the weights)."""
-        return {"num_classes": self.num_classes, "blocks_per_stage": self.blocks_per_stage,
-                "mean": list(self.mean), "std": list(self.std)}
+        return {
+            "num_classes": self.num_classes,
+            "blocks_per_stage": self.blocks_per_stage,
+            "mean": list(self.mean),
+            "std": list(self.std),
+        }
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """uint8 (or float in [0, 1]) [B, 3, 32, 32] -> [B, 128]."""

@@ -35,24 +35,36 @@ HIDDEN = (256, 128)
 
 
 def _block(cin: int, cout: int, kernel: int, stride: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2),
-                         nn.GroupNorm(GROUPS, cout), nn.MaxPool2d(2), nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2),
+        nn.GroupNorm(GROUPS, cout),
+        nn.MaxPool2d(2),
+        nn.ReLU(inplace=True),
+    )
 
 
 class LightCNN(nn.Module):
-    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, stat_dim: int = 0,
-                 mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)):
+    def __init__(
+        self,
+        input_shape: tuple[int, int, int],
+        num_classes: int,
+        stat_dim: int = 0,
+        mean=(0.5, 0.5, 0.5),
+        std=(0.25, 0.25, 0.25),
+    ):
         super().__init__()
         c, h, w = input_shape
         if h % 16 or w % 16:
             raise FedcondError(f"the light CNN needs image sides divisible by 16, got {h}x{w}")
         self.stat_dim = stat_dim
         self.normalise = Normalise(mean, std)
-        self.blocks = nn.ModuleList([
-            _block(c, WIDTHS[0], 5, 2),  # [B, 32, H/4, W/4]
-            _block(WIDTHS[0], WIDTHS[1], 3, 1),  # [B, 64, H/8, W/8]
-            _block(WIDTHS[1], WIDTHS[2], 3, 1),  # [B, 128, H/16, W/16]
-        ])
+        self.blocks = nn.ModuleList(
+            [
+                _block(c, WIDTHS[0], 5, 2),  # [B, 32, H/4, W/4]
+                _block(WIDTHS[0], WIDTHS[1], 3, 1),  # [B, 64, H/8, W/8]
+                _block(WIDTHS[1], WIDTHS[2], 3, 1),  # [B, 128, H/16, W/16]
+            ]
+        )
         flat = WIDTHS[2] * (h // 16) * (w // 16)
         self.fc1 = nn.Linear(flat + stat_dim, HIDDEN[0])
         self.fc2 = nn.Linear(HIDDEN[0], HIDDEN[1])
@@ -64,8 +76,10 @@ class LightCNN(nn.Module):
         and was measured faster than the stock layers on this machine: GroupNorm, MaxPool and ReLU
         as one kernel, and the 3x3 convs 32 -> 64 and 64 -> 128 by Winograd. Same parameters,
         state_dict and function (to float rounding)."""
-        self.kernels = [(cpu_kernels.winograd_on(conv), cpu_kernels.group_norm_pool_on(norm))
-                        for conv, norm, _pool, _relu in self.blocks]
+        self.kernels = [
+            (cpu_kernels.winograd_on(conv), cpu_kernels.group_norm_pool_on(norm))
+            for conv, norm, _pool, _relu in self.blocks
+        ]
         return self
 
     def _block(self, i: int, h: torch.Tensor) -> torch.Tensor:

@@ -29,8 +29,14 @@ class ModelSpec:
         return model_for(self.input_shape, self.num_classes, self.stat_dim, self.conditioning, self.mean, self.std)
 
 
-def model_for(input_shape: tuple[int, int, int], num_classes: int, stat_dim: int = 0, conditioning: str = "concat",
-              mean=None, std=None) -> nn.Module:
+def model_for(
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    stat_dim: int = 0,
+    conditioning: str = "concat",
+    mean=None,
+    std=None,
+) -> nn.Module:
     """The backbone for an input shape: 1x28x28 -> mnist_cnn, 3x32x32 -> cifar_cnn (the paper's);
     RGB of 64 px or more (PACS, Office-Caltech at 112) -> JDFL's light CNN."""
     kw = {} if mean is None else {"mean": tuple(mean), "std": tuple(std)}
@@ -43,4 +49,6 @@ def model_for(input_shape: tuple[int, int, int], num_classes: int, stat_dim: int
         return mnist_cnn(num_classes, stat_dim, conditioning, **kw)
     if tuple(input_shape) == (3, 32, 32):
         return cifar_cnn(num_classes, stat_dim, conditioning, **kw)
-    raise FedcondError(f"no backbone for input shape {tuple(input_shape)}; expected (1, 28, 28), (3, 32, 32) or RGB of 64 px or more")
+    raise FedcondError(
+        f"no backbone for input shape {tuple(input_shape)}; expected (1, 28, 28), (3, 32, 32) or RGB of 64 px or more"
+    )

@@ -49,18 +49,28 @@ def read_database(db_path: str | Path | None) -> Database:
     con = results.connect(path)  # refuses another schema version
     try:
         con.row_factory = sqlite3.Row
-        ok = [_decode(r) for r in con.execute(f"SELECT * FROM runs WHERE status = 'ok' AND experiment IS NOT NULL {_ORDER}")]
+        ok = [
+            _decode(r)
+            for r in con.execute(f"SELECT * FROM runs WHERE status = 'ok' AND experiment IS NOT NULL {_ORDER}")
+        ]
         failed = [_decode(r) for r in con.execute(f"SELECT * FROM runs WHERE status != 'ok' {_ORDER}")]
         total, ad_hoc = con.execute("SELECT COUNT(*), SUM(experiment IS NULL) FROM runs").fetchone()
         protocols = {p: n for p, n in con.execute("SELECT protocol_name, COUNT(*) FROM runs GROUP BY protocol_name")}
-        revs = {r: (n, a, b) for r, n, a, b in con.execute(
-            "SELECT git_rev, COUNT(*), MIN(created_at), MAX(created_at) FROM runs GROUP BY git_rev ORDER BY MIN(created_at), git_rev")}
+        revs = {
+            r: (n, a, b)
+            for r, n, a, b in con.execute(
+                "SELECT git_rev, COUNT(*), MIN(created_at), MAX(created_at) "
+                "FROM runs GROUP BY git_rev ORDER BY MIN(created_at), git_rev"
+            )
+        }
         gone = tuple(results.superseded(con))
     except sqlite3.DatabaseError as e:
         raise FedcondError(f"cannot read results database {path}: {e}") from None
     finally:
         con.close()
-    return Database(path, ok, failed, int(total), int(ad_hoc or 0), protocols, revs, gone)  # as given: reports get committed
+    return Database(
+        path, ok, failed, int(total), int(ad_hoc or 0), protocols, revs, gone
+    )  # as given: reports get committed
 
 
 def _decode(row: sqlite3.Row) -> dict:
@@ -94,6 +104,7 @@ def paper_results() -> list[dict]:
 
 
 # ---- seeds -> cells ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -138,8 +149,12 @@ def cells(ok: list[dict], failed: list[dict]) -> dict[CellKey, Cell]:
     out = {}
     for key in sorted(set(acc) | set(n_failed), key=_key_order):
         runs = sorted(acc.get(key, []))
-        out[key] = Cell(tuple(s for s, _, _ in runs), tuple(a for _, a, _ in runs),
-                        tuple(x for _, _, x in runs if x is not None), n_failed.get(key, 0))
+        out[key] = Cell(
+            tuple(s for s, _, _ in runs),
+            tuple(a for _, a, _ in runs),
+            tuple(x for _, _, x in runs if x is not None),
+            n_failed.get(key, 0),
+        )
     return out
 
 
@@ -232,12 +247,15 @@ def published_tables(paper: list[dict] | None = None) -> list[PublishedTable]:
         rows = [r for r in paper if r["table"] == table]
         family = rows[0]["experiment"]
         settings = dict.fromkeys((r["dataset"], r["setting"]) for r in rows)
-        out.append(PublishedTable(
-            table, family,
-            tuple((d, s, experiment_for(table, family, d, s)) for d, s in settings),
-            tuple(dict.fromkeys(r["method"] for r in rows)),
-            {(r["dataset"], r["setting"], r["method"]): r["accuracy"] for r in rows},
-        ))
+        out.append(
+            PublishedTable(
+                table,
+                family,
+                tuple((d, s, experiment_for(table, family, d, s)) for d, s in settings),
+                tuple(dict.fromkeys(r["method"] for r in rows)),
+                {(r["dataset"], r["setting"], r["method"]): r["accuracy"] for r in rows},
+            )
+        )
     return out
 
 

@@ -29,9 +29,20 @@ from .tables import protocol_label
 def _label(protocol: str | None) -> str:
     return protocol_label(protocol).replace("`", "")  # Markdown code marks mean nothing in a PNG title
 
+
 DPI = 110
-_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
-            "tab:cyan", "tab:gray")
+_COLOURS = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "tab:gray",
+)
 _OURS = dict(linestyle="-", marker="o", markersize=4, linewidth=1.6, capsize=2)
 _PUBLISHED = dict(linestyle="--", marker="o", markersize=5, markerfacecolor="none", linewidth=1.0, alpha=0.8)
 
@@ -62,14 +73,22 @@ def _save(fig: Figure, path: Path) -> None:
 
 def _style_legend(methods: list[str], published: bool, error_bars: bool) -> list:
     handles = [Line2D([], [], color=colour(m), linewidth=2, label=m) for m in methods]
-    handles.append(Line2D([], [], color="black", **{k: v for k, v in _OURS.items() if k != "capsize"},
-                          label="ours (mean over seeds" + (", bars: std)" if error_bars else ")")))
+    handles.append(
+        Line2D(
+            [],
+            [],
+            color="black",
+            **{k: v for k, v in _OURS.items() if k != "capsize"},
+            label="ours (mean over seeds" + (", bars: std)" if error_bars else ")"),
+        )
+    )
     if published:
         handles.append(Line2D([], [], color="black", **_PUBLISHED, label="published"))
     return handles
 
 
 # ---- line figures: accuracy (or a gap) against K or sparsity, one panel per dataset -------------
+
 
 @dataclass
 class _Series:
@@ -133,10 +152,14 @@ def _panels(t: PublishedTable, protocol, cells, x_of, tick, value, error_bars: b
     from a getter of method -> accuracy. Error bars (seed std, in pp) only where asked."""
     panels = []
     for dataset in dict.fromkeys(d for d, _, _ in t.rows):
-        rows = sorted(((x_of(s), s, e) for d, s, e in t.rows if d == dataset and x_of(s) is not None), key=lambda r: r[0])
+        rows = sorted(
+            ((x_of(s), s, e) for d, s, e in t.rows if d == dataset and x_of(s) is not None), key=lambda r: r[0]
+        )
         series: dict[str, _Series] = {}
         for x, setting, exp in rows:
-            mine = {k[2]: c for k, c in cells.items() if exp and k[0] == protocol and k[1] == exp and c.mean is not None}
+            mine = {
+                k[2]: c for k, c in cells.items() if exp and k[0] == protocol and k[1] == exp and c.mean is not None
+            }
 
             def ours(m):
                 return mine[m].mean if m in mine else None
@@ -161,8 +184,14 @@ def _panels(t: PublishedTable, protocol, cells, x_of, tick, value, error_bars: b
     return panels
 
 
-def _line_figure(title: str, rows: list[tuple[str, list[_Panel]]], xlabel: str, ylabel: str, zero_line: bool = False,
-                 error_bars: bool = True) -> Figure:
+def _line_figure(
+    title: str,
+    rows: list[tuple[str, list[_Panel]]],
+    xlabel: str,
+    ylabel: str,
+    zero_line: bool = False,
+    error_bars: bool = True,
+) -> Figure:
     ncols = max(len(panels) for _, panels in rows)
     fig = Figure(figsize=(4.2 * ncols + 2.2, 3.3 * len(rows) + 0.6), layout="constrained")
     axes = fig.subplots(len(rows), ncols, squeeze=False)
@@ -188,8 +217,12 @@ def _line_figure(title: str, rows: list[tuple[str, list[_Panel]]], xlabel: str, 
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.legend(handles=_style_legend(sorted(methods, key=method_order), any_published, error_bars), loc="outside right center",
-               fontsize=9, frameon=False)
+    fig.legend(
+        handles=_style_legend(sorted(methods, key=method_order), any_published, error_bars),
+        loc="outside right center",
+        fontsize=9,
+        frameon=False,
+    )
     return fig
 
 
@@ -204,8 +237,12 @@ def accuracy_vs_k(tables, protocol, cells) -> tuple[Figure | None, str]:
     panels = _panels(t, protocol, cells, _k_x, _k_tick, accuracy, error_bars=True)
     if not panels:
         return None, "no E1 run of a table X setting (K sweep, rich) under this protocol"
-    fig = _line_figure(f"E1 label shift: accuracy vs number of clusters K (table X), {_label(protocol)}",
-                       [("", panels)], "clusters K", "accuracy (%)")
+    fig = _line_figure(
+        f"E1 label shift: accuracy vs number of clusters K (table X), {_label(protocol)}",
+        [("", panels)],
+        "clusters K",
+        "accuracy (%)",
+    )
     return fig, f"{len(panels)} dataset(s): {', '.join(p.title for p in panels)}"
 
 
@@ -229,8 +266,12 @@ def accuracy_vs_sparsity(tables, protocol, cells) -> tuple[Figure | None, str]:
     rows = _sparsity_rows(tables, protocol, cells, accuracy, error_bars=True)
     if not rows:
         return None, "no sparsity setting (tables XI, XIV, XVI, XVIII, XXI) run under this protocol"
-    fig = _line_figure(f"Accuracy vs sparsity, every family with a sparsity table, {_label(protocol)}",
-                       rows, "sparsity (clients per cluster: 5, 10, 20, 50, 100)", "accuracy (%)")
+    fig = _line_figure(
+        f"Accuracy vs sparsity, every family with a sparsity table, {_label(protocol)}",
+        rows,
+        "sparsity (clients per cluster: 5, 10, 20, 50, 100)",
+        "accuracy (%)",
+    )
     return fig, _rows_note(rows)
 
 
@@ -238,12 +279,19 @@ def gap_vs_sparsity(tables, protocol, cells) -> tuple[Figure | None, str]:
     rows = _sparsity_rows(tables, protocol, cells, gap_to_oracle, error_bars=False)
     if not rows:
         return None, "no sparsity setting under this protocol has Oracle and another method both run"
-    fig = _line_figure(f"Gap to Oracle across sparsity (method minus Oracle), {_label(protocol)}",
-                       rows, "sparsity", "accuracy minus Oracle (pp)", zero_line=True, error_bars=False)
+    fig = _line_figure(
+        f"Gap to Oracle across sparsity (method minus Oracle), {_label(protocol)}",
+        rows,
+        "sparsity",
+        "accuracy minus Oracle (pp)",
+        zero_line=True,
+        error_bars=False,
+    )
     return fig, _rows_note(rows)
 
 
 # ---- the overview heatmap ----------------------------------------------------------------------
+
 
 def heatmap(tables, protocol, cells) -> tuple[Figure | None, str]:
     mine = {(e, m): c.mean for (p, e, m), c in cells.items() if p == protocol and c.mean is not None}
@@ -262,15 +310,24 @@ def heatmap(tables, protocol, cells) -> tuple[Figure | None, str]:
         for i in range(len(exps)):
             for j in range(len(methods)):
                 if not math.isnan(grid[i, j]):
-                    ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=7,
-                            color="white" if grid[i, j] < 55 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{grid[i, j]:.1f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if grid[i, j] < 55 else "black",
+                    )
     ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
     ax.set_yticks(range(len(exps)), exps, fontsize=8)
     ax.set_xlabel("method")
     ax.set_ylabel("experiment")
     ax.set_title(f"Accuracy (%) of every experiment and method (ours), {_label(protocol)}", fontsize=10)
     fig.colorbar(im, ax=ax, label="accuracy (%)", fraction=0.05)
-    fig.legend(handles=[Patch(facecolor="lightgrey", label="not run")], loc="outside lower right", fontsize=8, frameon=False)
+    fig.legend(
+        handles=[Patch(facecolor="lightgrey", label="not run")], loc="outside lower right", fontsize=8, frameon=False
+    )
     return fig, f"{len(exps)} experiment(s) x {len(methods)} method(s)"
 
 
@@ -282,6 +339,7 @@ def _cmap():
 
 # ---- Conditional minus Oracle, per family ------------------------------------------------------
 
+
 def conditional_vs_oracle(tables, protocol, cells) -> tuple[Figure | None, str]:
     families = list(dict.fromkeys(e.family for e in EXPERIMENTS.values()))
     per_family: dict[str, list[tuple[str, float, float | None]]] = {}
@@ -292,7 +350,9 @@ def conditional_vs_oracle(tables, protocol, cells) -> tuple[Figure | None, str]:
             continue
         pc, po = published_for(tables, e, "Conditional"), published_for(tables, e, "Oracle")
         family = EXPERIMENTS[e].family if e in EXPERIMENTS else e.split("/")[0]
-        per_family.setdefault(family, []).append((e, 100 * (c.mean - o.mean), None if pc is None or po is None else 100 * (pc - po)))
+        per_family.setdefault(family, []).append(
+            (e, 100 * (c.mean - o.mean), None if pc is None or po is None else 100 * (pc - po))
+        )
     if not per_family:
         return None, "no experiment under this protocol has both Conditional and Oracle run"
     order = sorted(per_family, key=lambda f: (families.index(f) if f in families else len(families), f))
@@ -309,18 +369,25 @@ def conditional_vs_oracle(tables, protocol, cells) -> tuple[Figure | None, str]:
         pubs = [p for _, _, p in per_family[f] if p is not None]
         if pubs:
             any_published = True
-            ax.hlines(float(np.mean(pubs)), i - 0.35, i + 0.35, colors="black", linestyles="--", linewidth=1.5, zorder=3)
+            ax.hlines(
+                float(np.mean(pubs)), i - 0.35, i + 0.35, colors="black", linestyles="--", linewidth=1.5, zorder=3
+            )
             shown += pubs
     ax.axhline(0, color="grey", linewidth=0.8, zorder=1)
     lo, hi = min(shown + [0.0]), max(shown + [0.0])
     pad = max(0.5, 0.1 * (hi - lo))
     ax.set_ylim(lo - pad, hi + pad)  # the zero line and a published mean of 0 stay visible
-    ax.set_xticks(range(len(order)), [f"{f}\n({len(per_family[f])} setting{'s' if len(per_family[f]) != 1 else ''})" for f in order])
+    ax.set_xticks(
+        range(len(order)),
+        [f"{f}\n({len(per_family[f])} setting{'s' if len(per_family[f]) != 1 else ''})" for f in order],
+    )
     ax.set_xlabel("scenario family")
     ax.set_ylabel("Conditional minus Oracle (pp)")
     ax.set_title(f"Conditional minus Oracle per family, {_label(protocol)}", fontsize=10)
-    handles = [Patch(facecolor="tab:blue", alpha=0.35, edgecolor="tab:blue", label="ours, mean over settings"),
-               Line2D([], [], marker="o", linestyle="none", color="tab:blue", markersize=4, label="ours, one setting")]
+    handles = [
+        Patch(facecolor="tab:blue", alpha=0.35, edgecolor="tab:blue", label="ours, mean over settings"),
+        Line2D([], [], marker="o", linestyle="none", color="tab:blue", markersize=4, label="ours, one setting"),
+    ]
     if any_published:
         handles.append(Line2D([], [], color="black", linestyle="--", label="published, mean over the same settings"))
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)

@@ -85,8 +85,11 @@ def jdfl_section(protocol: str | None, ok: list[dict], label: str, out_dir=None,
     lines = [f"### JDFL (SPEC Part C), {label}", ""]
     if not rows:
         return lines + ["No JDFL run of this protocol.", ""]
-    lines += ["Global test accuracy (all domains' held-out images), %, mean ± std over seeds; "
-              "[difference to the base standalone, pp, seed by seed over the seeds both ran, named where either ran others].", ""]
+    lines += [
+        "Global test accuracy (all domains' held-out images), %, mean ± std over seeds; "
+        "[difference to the base standalone, pp, seed by seed over the seeds both ran, named where either ran others].",
+        "",
+    ]
     for short in JDFL_DATASETS:
         if not any(r["experiment"].startswith(f"JDFL/{short}/") for r in rows):
             reason = (why or {}).get((f"JDFL/{short}/main", "*"))
@@ -115,8 +118,13 @@ def protocol_probes_section(ok: list[dict], out_dir=None) -> list[str]:
     where the gain fell below PLATEAU_PP."""
     lines = []
     for short, dataset in JDFL_DATASETS.items():
-        runs = [r for r in ok if r["experiment"] == f"JDFL/{short}/main" and r["method"] == "FedAvg"
-                and (r.get("extra") or {}).get("curve")]
+        runs = [
+            r
+            for r in ok
+            if r["experiment"] == f"JDFL/{short}/main"
+            and r["method"] == "FedAvg"
+            and (r.get("extra") or {}).get("curve")
+        ]
         if not runs:
             continue
         runs.sort(key=lambda r: (r["protocol_name"] or "", r["seed"]))
@@ -124,19 +132,46 @@ def protocol_probes_section(ok: list[dict], out_dir=None) -> list[str]:
         for r in runs:
             c = r["extra"]["curve"]
             last = int(c[-1][0])
-            gains = [(end, g) for end in range(PLATEAU_WINDOW, last + 1, PLATEAU_WINDOW)
-                     if (g := gain_over_window(c, end)) is not None]
+            gains = [
+                (end, g)
+                for end in range(PLATEAU_WINDOW, last + 1, PLATEAU_WINDOW)
+                if (g := gain_over_window(c, end)) is not None
+            ]
             flat = next((end for end, g in gains if g < PLATEAU_PP / 100), None)
             proto = r.get("protocol") or {}
-            table.append([f"`{r['protocol_name']}`", str(r["seed"]), str(proto.get("momentum", "-")), str(last),
-                          pct(c[-1][2]), pct(max(x[2] for x in c)),
-                          ", ".join(f"{end}: {100 * g:+.1f}" for end, g in gains) or "-",
-                          str(flat) if flat else f"not by {last}"])
-        lines += [f"#### FedAvg's curve on {short} under each protocol probed", "",
-                  f"Global test accuracy (%) after the last round and at the best; gain (pp) over each {PLATEAU_WINDOW} rounds "
-                  f"ending at the round named; the first such round where the gain fell below {PLATEAU_PP} pp.", ""]
-        lines += _table(["protocol", "seed", "momentum", "rounds", "last", "best", f"gain per {PLATEAU_WINDOW} rounds", "flat from"],
-                        table) + [""]
+            table.append(
+                [
+                    f"`{r['protocol_name']}`",
+                    str(r["seed"]),
+                    str(proto.get("momentum", "-")),
+                    str(last),
+                    pct(c[-1][2]),
+                    pct(max(x[2] for x in c)),
+                    ", ".join(f"{end}: {100 * g:+.1f}" for end, g in gains) or "-",
+                    str(flat) if flat else f"not by {last}",
+                ]
+            )
+        lines += [
+            f"#### FedAvg's curve on {short} under each protocol probed",
+            "",
+            "Global test accuracy (%) after the last round and at "
+            f"the best; gain (pp) over each {PLATEAU_WINDOW} rounds "
+            f"ending at the round named; the first such round where the gain fell below {PLATEAU_PP} pp.",
+            "",
+        ]
+        lines += _table(
+            [
+                "protocol",
+                "seed",
+                "momentum",
+                "rounds",
+                "last",
+                "best",
+                f"gain per {PLATEAU_WINDOW} rounds",
+                "flat from",
+            ],
+            table,
+        ) + [""]
         if out_dir is not None:
             lines += _probe_figure(short, runs, out_dir)
     return (["## JDFL protocol probes", ""] + lines) if lines else []
@@ -194,13 +229,18 @@ def _curves(short: str, rows: list[dict], protocol: str | None, out_dir) -> list
     axes[0][0].set_ylabel("global test accuracy, %")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    name = f"jdfl_curves_{short}_{(protocol or 'none').replace('[', '_').replace(']', '').replace(',', '_').replace('=', '')}.png"
+    tag = (protocol or "none").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "")
+    name = f"jdfl_curves_{short}_{tag}.png"
     path = Path(out_dir) / name
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return [f"![JDFL {short}: global accuracy against rounds]({name})", "",
-            "*Global test accuracy after every round, mean over seeds: each base standalone (solid), with graded "
-            "(dashed) and random (dotted) JDFL, and any variant of them (dash-dot, by its name).*", ""]
+    return [
+        f"![JDFL {short}: global accuracy against rounds]({name})",
+        "",
+        "*Global test accuracy after every round, mean over seeds: each base standalone (solid), with graded "
+        "(dashed) and random (dotted) JDFL, and any variant of them (dash-dot, by its name).*",
+        "",
+    ]
 
 
 def _dataset(short: str, rows: list[dict]) -> list[str]:
@@ -217,15 +257,25 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
         out += ["Main table: each base standalone (C-way head) and with JDFL's expanded head, M from the elbow.", ""]
         table = []
         for b in BASES:
-            table.append([b, _text(_acc(main.get(b)))]
-                         + [_text(_acc(main.get(f"{b}+{s}"))) + _delta(main.get(f"{b}+{s}"), main.get(b)) for s in SCHEMES])
+            table.append(
+                [b, _text(_acc(main.get(b)))]
+                + [_text(_acc(main.get(f"{b}+{s}"))) + _delta(main.get(f"{b}+{s}"), main.get(b)) for s in SCHEMES]
+            )
         out += _table(["base", "standalone", "+ JDFL graded", "+ JDFL random"], table) + [""]
         if any(_best(rs) for rs in main.values()):
-            best_table = [[b, _text(_best(main.get(b)))] + [_text(_best(main.get(f"{b}+{s}")))
-                                                         + _delta(main.get(f"{b}+{s}"), main.get(b), _best_of)
-                                                         for s in SCHEMES] for b in BASES]
-            out += ["Best round (the maximum global accuracy over rounds, as the JDFL text reports; the table above is "
-                    "after the last round).", ""]
+            best_table = [
+                [b, _text(_best(main.get(b)))]
+                + [
+                    _text(_best(main.get(f"{b}+{s}"))) + _delta(main.get(f"{b}+{s}"), main.get(b), _best_of)
+                    for s in SCHEMES
+                ]
+                for b in BASES
+            ]
+            out += [
+                "Best round (the maximum global accuracy over rounds, as the JDFL text reports; the table above is "
+                "after the last round).",
+                "",
+            ]
             out += _table(["base", "standalone", "+ JDFL graded", "+ JDFL random"], best_table) + [""]
         out += _per_domain(main)
         out += _feddyn_models(main)
@@ -240,28 +290,47 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
     if replicate:
         table = []
         for b in BASES:
-            table.append([b, *_cells(main.get(b), None, with_best)]
-                         + [c for s in SCHEMES for c in _cells(replicate.get(f"{b}+{s}(init=replicate)"), main.get(b), with_best)])
-        out += ["Replicated head (`init=replicate`: the expanded head starts as M copies of the base's C-way head, "
-                "so the collapsed output starts as the base's; main's cells draw it anew)." + when, ""]
-        out += _table(["base", *_heads(("standalone", "+ graded, replicated head", "+ random, replicated head"), with_best)],
-                      table) + [""]
+            table.append(
+                [b, *_cells(main.get(b), None, with_best)]
+                + [
+                    c
+                    for s in SCHEMES
+                    for c in _cells(replicate.get(f"{b}+{s}(init=replicate)"), main.get(b), with_best)
+                ]
+            )
+        out += [
+            "Replicated head (`init=replicate`: the expanded head starts as M copies of the base's C-way head, "
+            "so the collapsed output starts as the base's; main's cells draw it anew)." + when,
+            "",
+        ]
+        out += _table(
+            ["base", *_heads(("standalone", "+ graded, replicated head", "+ random, replicated head"), with_best)],
+            table,
+        ) + [""]
     if per_sample:
         table = []
         for b in BASES:
             base, step = main.get(b), main.get(f"{b}+jdfl-random")
             got = per_sample.get(f"{b}+jdfl-random(draw=sample)")
-            table.append([b, *_cells(base, None, with_best), *_cells(step, base, with_best), *_cells(got, base, with_best)])
-        out += ["Random scheme, slot fixed per sample (`draw=sample`: each sample keeps one pseudo-domain slot for the "
-                "run) beside main's slot drawn anew at every step." + when, ""]
-        out += _table(["base", *_heads(("standalone", "+ random, per step (main)", "+ random, per sample"), with_best)],
-                      table) + [""]
+            table.append(
+                [b, *_cells(base, None, with_best), *_cells(step, base, with_best), *_cells(got, base, with_best)]
+            )
+        out += [
+            "Random scheme, slot fixed per sample (`draw=sample`: each sample keeps one pseudo-domain slot for the "
+            "run) beside main's slot drawn anew at every step." + when,
+            "",
+        ]
+        out += _table(
+            ["base", *_heads(("standalone", "+ random, per step (main)", "+ random, per sample"), with_best)], table
+        ) + [""]
     if ablation or main:
         fedavg = main.get("FedAvg")
         table = [["FedAvg (C-way head)", *_cells(fedavg, None, with_best)]]
-        for name, label in (("FedAvg+expanded-hard", "expanded head, hard client-fixed joint labels"),
-                            ("FedAvg+jdfl-graded", "expanded head, graded (JDFL)"),
-                            ("FedAvg+jdfl-random", "expanded head, random (JDFL)")):
+        for name, label in (
+            ("FedAvg+expanded-hard", "expanded head, hard client-fixed joint labels"),
+            ("FedAvg+jdfl-graded", "expanded head, graded (JDFL)"),
+            ("FedAvg+jdfl-random", "expanded head, random (JDFL)"),
+        ):
             src = ablation if name in ablation else main
             table.append([label, *_cells(src.get(name), fedavg, with_best)])
         out += ["Ablation (FedAvg base; the claim: hard labels do not give the gain, graded and random do)." + when, ""]
@@ -270,8 +339,13 @@ def _dataset(short: str, rows: list[dict]) -> list[str]:
         fedavg = main.get("FedAvg")
         table = [["1 (FedAvg)", *_cells(fedavg, None, with_best), *_cells(fedavg, None, with_best)]]
         for m in JDFL_SLOT_SWEEP:
-            table.append([str(m)] + [c for s in SCHEMES for c in _cells(sweep.get(f"FedAvg+{s}(M={m})"), fedavg, with_best)])
-        out += ["M sweep (FedAvg base, M fixed; the claim: both schemes beat M = 1 throughout, little sensitivity)." + when, ""]
+            table.append(
+                [str(m)] + [c for s in SCHEMES for c in _cells(sweep.get(f"FedAvg+{s}(M={m})"), fedavg, with_best)]
+            )
+        out += [
+            "M sweep (FedAvg base, M fixed; the claim: both schemes beat M = 1 throughout, little sensitivity)." + when,
+            "",
+        ]
         out += _table(["M", *_heads(("graded", "random"), with_best)], table) + [""]
     if disc:
         out += _discovery(disc)
@@ -301,11 +375,20 @@ def _variants(variants: dict[str, list[dict]], main: dict[str, list[dict]]) -> l
     for m, rs in sorted(variants.items()):
         ref = next((c for c in (m.split("(")[0], base_of(m)) if c in main), None)
         best, rounds = _best(rs), [r["extra"]["best_weighted_round"] for r in rs if "best_weighted_round" in r["extra"]]
-        table.append([f"`{m}`", _text(_acc(rs)) + (_delta(rs, main[ref]) if ref else ""),
-                      _text(best) + (_delta(rs, main[ref], _best_of) if ref else ""),
-                      ", ".join(map(str, rounds)) or "-", f"`{ref}`" if ref else "-"])
-    return (["Variants run on the main table's setting (not among its cells); [difference to the main cell named].", ""]
-            + _table(["method", "last round", "best round", "best at round", "main cell"], table) + [""])
+        table.append(
+            [
+                f"`{m}`",
+                _text(_acc(rs)) + (_delta(rs, main[ref]) if ref else ""),
+                _text(best) + (_delta(rs, main[ref], _best_of) if ref else ""),
+                ", ".join(map(str, rounds)) or "-",
+                f"`{ref}`" if ref else "-",
+            ]
+        )
+    return (
+        ["Variants run on the main table's setting (not among its cells); [difference to the main cell named].", ""]
+        + _table(["method", "last round", "best round", "best at round", "main cell"], table)
+        + [""]
+    )
 
 
 def _feddyn_models(main: dict[str, list[dict]]) -> list[str]:
@@ -320,10 +403,16 @@ def _feddyn_models(main: dict[str, list[dict]]) -> list[str]:
             table.append([method, _text(avg), _text(server), f"{diff:+.1f}"])
     if not table:
         return []
-    return (["FedDyn's two models after the last round (accuracy %, mean over clients): the clients' plain average "
-             "(the model every table here evaluates, as the FedDyn authors' code reports) and the server model theta it "
-             "broadcasts; the difference is theta's minus the average's, pp, paired by seed.", ""]
-            + _table(["method", "client average (evaluated)", "server model theta", "theta minus average"], table) + [""])
+    return (
+        [
+            "FedDyn's two models after the last round (accuracy %, mean over clients): the clients' plain average "
+            "(the model every table here evaluates, as the FedDyn authors' code reports) and the server model theta it "
+            "broadcasts; the difference is theta's minus the average's, pp, paired by seed.",
+            "",
+        ]
+        + _table(["method", "client average (evaluated)", "server model theta", "theta minus average"], table)
+        + [""]
+    )
 
 
 def _per_domain(main: dict[str, list[dict]]) -> list[str]:
@@ -358,17 +447,26 @@ def _sample_pairs(main: dict[str, list[dict]]) -> list[str]:
     from ..results import unpack_hits
 
     def kept(rows):
-        return {r["seed"]: r["extra"] for r in rows or [] if "test_hits" in r["extra"] and "cluster_of_client" in r["extra"]}
+        return {
+            r["seed"]: r["extra"] for r in rows or [] if "test_hits" in r["extra"] and "cluster_of_client" in r["extra"]
+        }
 
     rows = [r for rs in main.values() for r in rs if "cluster_of_client" in r["extra"]]
     domains = _domain_order(sorted({d for r in rows for d in r["extra"]["cluster_of_client"]}))
     table = []
     for b in BASES:
-        for a_name, b_name in ((f"{b}+jdfl-graded", b), (f"{b}+jdfl-random", b), (f"{b}+jdfl-random", f"{b}+jdfl-graded")):
+        for a_name, b_name in (
+            (f"{b}+jdfl-graded", b),
+            (f"{b}+jdfl-random", b),
+            (f"{b}+jdfl-random", f"{b}+jdfl-graded"),
+        ):
             first, second = kept(main.get(a_name)), kept(main.get(b_name))
             for seed in sorted(set(first) & set(second)):
                 ea, eb = first[seed], second[seed]
-                if ea["test_hits"]["sizes"] != eb["test_hits"]["sizes"] or ea["cluster_of_client"] != eb["cluster_of_client"]:
+                if (
+                    ea["test_hits"]["sizes"] != eb["test_hits"]["sizes"]
+                    or ea["cluster_of_client"] != eb["cluster_of_client"]
+                ):
                     continue  # not the same test sets
                 ha, hb = unpack_hits(ea["test_hits"]), unpack_hits(eb["test_hits"])
                 split = {d: [0, 0] for d in domains}
@@ -376,15 +474,25 @@ def _sample_pairs(main: dict[str, list[dict]]) -> list[str]:
                     split[d][0] += int((x & ~y).sum())
                     split[d][1] += int((~x & y).sum())
                 only_a, only_b = sum(v[0] for v in split.values()), sum(v[1] for v in split.values())
-                table.append([f"{a_name} vs {b_name}", str(seed)] + [f"{split[d][0]} / {split[d][1]}" for d in domains]
-                             + [f"{only_a} / {only_b}", f"{mcnemar_p(only_a, only_b):.3g}"])
+                table.append(
+                    [f"{a_name} vs {b_name}", str(seed)]
+                    + [f"{split[d][0]} / {split[d][1]}" for d in domains]
+                    + [f"{only_a} / {only_b}", f"{mcnemar_p(only_a, only_b):.3g}"]
+                )
     if not table:
         return []
-    return (["Sample by sample, after the last round (rows that kept which test samples they got right): test images "
-             "only the first run got right / only the second, per domain and in all, and McNemar's exact p (how likely "
-             "so uneven a split is if the two models were equally good on this test set; one test per row, not corrected "
-             "for the number of rows, and it does not measure the spread over training seeds).", ""]
-            + _table(["pair", "seed"] + domains + ["all", "McNemar p"], table) + [""])
+    return (
+        [
+            "Sample by sample, after the last round (rows that kept which test samples they got right): test images "
+            "only the first run got right / only the second, per domain and in all, and McNemar's exact p (how likely "
+            "so uneven a split is if the two models were equally "
+            "good on this test set; one test per row, not corrected "
+            "for the number of rows, and it does not measure the spread over training seeds).",
+            "",
+        ]
+        + _table(["pair", "seed"] + domains + ["all", "McNemar p"], table)
+        + [""]
+    )
 
 
 def _domain_order(names: list[str]) -> list[str]:
@@ -416,8 +524,12 @@ def _discovery(disc: dict[str, list[dict]]) -> list[str]:
     cells: dict[tuple, list[dict]] = {}
     for name, rs in disc.items():
         cells[parse(name)] = [r["extra"] for r in rs]
-    out = ["Discovery diagnostics: ARI of the pseudo-domains with M fixed to the true number of domains "
-           "(mean over seeds), by E0 (rows), batch size and layer subset (A head, B last conv + head, C last two convs + head).", ""]
+    out = [
+        "Discovery diagnostics: ARI of the pseudo-domains with M fixed to the true number of domains "
+        "(mean over seeds), by E0 (rows), batch size and layer subset "
+        "(A head, B last conv + head, C last two convs + head).",
+        "",
+    ]
     head = ["E0"] + [f"b={b} {lay}" for b in DISCOVERY_GRID["batch"] for lay in DISCOVERY_GRID["layers"]]
     table = []
     for e in DISCOVERY_GRID["e0"]:
@@ -431,8 +543,11 @@ def _discovery(disc: dict[str, list[dict]]) -> list[str]:
     picks = [x["elbow"] for exs in cells.values() for x in exs]
     true_m = next(x["true_domains"] for exs in cells.values() for x in exs)
     hist = {m: picks.count(m) for m in sorted(set(picks))}
-    out += [f"The elbow picked M = {true_m} (the true number) in {hist.get(true_m, 0)} of {len(picks)} cells; "
-            "picks: " + ", ".join(f"M={m}: {n}" for m, n in hist.items()) + ".", ""]
+    out += [
+        f"The elbow picked M = {true_m} (the true number) in {hist.get(true_m, 0)} of {len(picks)} cells; "
+        "picks: " + ", ".join(f"M={m}: {n}" for m, n in hist.items()) + ".",
+        "",
+    ]
     return out
 
 
@@ -485,32 +600,55 @@ def _claims(main: dict, ablation: dict, sweep: dict) -> list[str]:
         d = _paired(main.get(f"{b}+jdfl-random"), main.get(f"{b}+jdfl-graded"))
         if d:
             better = "random" if b in ("FedAvg", "SCAFFOLD") else "graded"
-            rows.append([f"{better} helps {b} more (random minus graded)", _diff_text(d), _verdict(d, better == "random")])
+            rows.append(
+                [f"{better} helps {b} more (random minus graded)", _diff_text(d), _verdict(d, better == "random")]
+            )
     hard = _paired(ablation.get("FedAvg+expanded-hard"), main.get("FedAvg"))
     if hard:
         hard_seeds = {r["seed"] for r in ablation.get("FedAvg+expanded-hard") or []}
         gains = [g for s in SCHEMES if (g := _paired(main.get(f"FedAvg+{s}"), main.get("FedAvg"), hard_seeds))]
         smaller = bool(gains) and all(statistics.fmean(hard) < statistics.fmean(g) for g in gains)
         verdict = ("holds" if statistics.fmean(hard) <= 0 or smaller else "does not hold") + (
-            " (one seed: indicative)" if len(hard) == 1 else "")
-        rows.append(["the hard head gives no gain (hard minus FedAvg; holds if its mean is <= 0 or below both schemes' "
-                     "mean gains on the same seeds)",
-                     _diff_text(hard), verdict])
+            " (one seed: indicative)" if len(hard) == 1 else ""
+        )
+        rows.append(
+            [
+                "the hard head gives no gain (hard minus FedAvg; holds if its mean is <= 0 or below both schemes' "
+                "mean gains on the same seeds)",
+                _diff_text(hard),
+                verdict,
+            ]
+        )
     for s in SCHEMES:
         ds = {m: _paired(sweep.get(f"FedAvg+{s}(M={m})"), main.get("FedAvg")) for m in JDFL_SLOT_SWEEP}
         ds = {m: d for m, d in ds.items() if d}
         if ds:
             wins = [m for m, d in ds.items() if statistics.fmean(d) > 0]
-            rows.append([f"every M in 2..7 beats M = 1 ({s.split('-')[1]}; each M's mean over its seeds)",
-                         ", ".join(f"M={m}: {100 * statistics.fmean(d):+.1f}" for m, d in ds.items()) + " pp",
-                         ("holds" if len(wins) == len(ds) == len(JDFL_SLOT_SWEEP) else
-                          "does not hold" if len(wins) < len(ds) else f"{len(ds)} of {len(JDFL_SLOT_SWEEP)} M run")
-                         + (" (one seed: indicative)" if all(len(d) == 1 for d in ds.values()) else "")])
+            rows.append(
+                [
+                    f"every M in 2..7 beats M = 1 ({s.split('-')[1]}; each M's mean over its seeds)",
+                    ", ".join(f"M={m}: {100 * statistics.fmean(d):+.1f}" for m, d in ds.items()) + " pp",
+                    (
+                        "holds"
+                        if len(wins) == len(ds) == len(JDFL_SLOT_SWEEP)
+                        else "does not hold"
+                        if len(wins) < len(ds)
+                        else f"{len(ds)} of {len(JDFL_SLOT_SWEEP)} M run"
+                    )
+                    + (" (one seed: indicative)" if all(len(d) == 1 for d in ds.values()) else ""),
+                ]
+            )
     if not rows:
         return []
-    return (["The JDFL text's claims, judged on paired differences (same seed) of the best-round global accuracy "
-             "(the last round's where no curve was stored): *holds* when every seed's difference has the claimed sign, "
-             "*mixed* when the mean has it but a seed does not, *does not hold* when the mean has the other sign "
-             "(any size counts: read the differences beside the seed spread). The hard-head and M rows judge means, "
-             "as their rule says.", ""]
-            + _table(["claim", "paired difference", "verdict"], rows) + [""])
+    return (
+        [
+            "The JDFL text's claims, judged on paired differences (same seed) of the best-round global accuracy "
+            "(the last round's where no curve was stored): *holds* when every seed's difference has the claimed sign, "
+            "*mixed* when the mean has it but a seed does not, *does not hold* when the mean has the other sign "
+            "(any size counts: read the differences beside the seed spread). The hard-head and M rows judge means, "
+            "as their rule says.",
+            "",
+        ]
+        + _table(["claim", "paired difference", "verdict"], rows)
+        + [""]
+    )

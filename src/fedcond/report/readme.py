@@ -33,8 +33,14 @@ def summary_lines(published: list, protocol: str | None, cells: dict, explanatio
     for table, exp, method, ours, pub, diff, why in gaps:
         reason = "unexplained" if why.startswith(md.UNEXPLAINED) else why.split(";")[0].split(":")[0]
         items.append(f"{exp} {method} {ours} against {pub} ({diff}; {reason})")
-    return lines + [f"Cells more than {md.GAP_PP:g} pp from the published value: {len(gaps)}; {unexplained} unexplained "
-                    "(explanations with their evidence: `docs/results/explanations.csv`): " + "; ".join(items) + "."] + footnote
+    return (
+        lines
+        + [
+            f"Cells more than {md.GAP_PP:g} pp from the published value: {len(gaps)}; {unexplained} unexplained "
+            "(explanations with their evidence: `docs/results/explanations.csv`): " + "; ".join(items) + "."
+        ]
+        + footnote
+    )
 
 
 def update_readme(path: str | Path, lines: list[str]) -> None:
@@ -47,4 +53,4 @@ def update_readme(path: str | Path, lines: list[str]) -> None:
     if start < 0 or stop < start:
         raise FedcondError(f"{path} has no '{BEGIN}' ... '{END}' block to fill")
     body = "\n".join([BEGIN, *lines, END])
-    path.write_text(text[:start] + body + text[stop + len(END):], encoding="utf-8")
+    path.write_text(text[:start] + body + text[stop + len(END) :], encoding="utf-8")

@@ -46,7 +46,7 @@ def protocol_label(p: str | None) -> str:
         if p == preset:
             return f"protocol `{preset}`"
         if p is not None and p.startswith(preset + "["):
-            return f"protocol `{preset}` with {p[len(preset) + 1:-1]}"
+            return f"protocol `{preset}` with {p[len(preset) + 1 : -1]}"
     return f"protocol `{p}` (not a reproduction)" if p is not None else "no protocol recorded (not a reproduction)"
 
 
@@ -54,19 +54,27 @@ def reproduction_note(p: str | None) -> str:
     if p == "paper":
         return ""
     if p == "jdfl":
-        return ("JDFL's protocol: the text's SGD with learning rate 0.01 and no weight decay; momentum and the number "
-                "of rounds, which the text leaves to an appendix we do not have, were chosen by probes of FedAvg on PACS "
-                "(docs/choices.md). Every round is evaluated: tables give the best round (the text's measure) and the last.")
+        return (
+            "JDFL's protocol: the text's SGD with learning rate 0.01 and no weight decay; momentum and the number "
+            "of rounds, which the text leaves to an appendix we do not have, were chosen by probes of FedAvg on PACS "
+            "(docs/choices.md). Every round is evaluated: tables give the best round (the text's measure) and the last."
+        )
     if p is not None and p.startswith("jdfl["):
-        return (f"**JDFL's protocol with one or more settings changed ({p[len('jdfl['):-1]}): a probe or variant, "
-                f"not the main tables.**")
+        return (
+            f"**JDFL's protocol with one or more settings changed ({p[len('jdfl[') : -1]}): a probe or variant, "
+            f"not the main tables.**"
+        )
     if p is not None and p.startswith("paper["):
-        return (f"**The paper's protocol with one or more settings changed ({p[len('paper['):-1]}): a documented "
-                f"variant or control, shown beside the published numbers for comparison, not as the reproduction "
-                f"itself.**")
+        return (
+            f"**The paper's protocol with one or more settings changed ({p[len('paper[') : -1]}): a documented "
+            f"variant or control, shown beside the published numbers for comparison, not as the reproduction "
+            f"itself.**"
+        )
     name = f"Protocol `{p}`" if p is not None else "A run without a recorded protocol"
-    return (f"**{name} is not the paper's protocol: these numbers test the pipeline and are not a "
-            f"reproduction of the published ones.**")
+    return (
+        f"**{name} is not the paper's protocol: these numbers test the pipeline and are not a "
+        f"reproduction of the published ones.**"
+    )
 
 
 STAND_IN_MARK = "†"
@@ -86,9 +94,12 @@ def stand_in_note(shown: list[Cell | None]) -> list[str]:
     variants = sorted({c.stand_in for c in shown if c is not None and c.stand_in and c.mean is not None})
     if not variants:
         return []
-    return [f"{STAND_IN_MARK} Run under " + ", ".join(f"`{v}`" for v in variants) + ": the paper's setting needs an "
-            "input these machines lack (the CIFAR encoder's CIFAR-100 source), so this documented stand-in "
-            "(docs/choices.md) fills the cell and counts toward the table.", ""]
+    return [
+        f"{STAND_IN_MARK} Run under " + ", ".join(f"`{v}`" for v in variants) + ": the paper's setting needs an "
+        "input these machines lack (the CIFAR encoder's CIFAR-100 source), so this documented stand-in "
+        "(docs/choices.md) fills the cell and counts toward the table.",
+        "",
+    ]
 
 
 def _failed_note(cell: Cell | None) -> str:
@@ -133,9 +144,16 @@ def header(db: Database, protocol_filter: str | None) -> list[str]:
         f"- Database: `{db.path}`",
         f"- Rows: {db.total} ({ok_named} finished experiment runs, {len(db.failed)} failed, "
         f"{db.ad_hoc} ad-hoc runs without an experiment name, not reported)",
-        "- Protocols: " + (", ".join(f"`{p}` ({_rows(n)})" if p else f"none recorded ({_rows(n)})"
-                                     for p, n in sorted(db.protocols.items(), key=lambda kv: protocol_order(kv[0]))) or "none"),
-        "- Git revisions: " + (", ".join(f"`{rev[:12]}` ({_rows(n)}, {a} to {b})" for rev, (n, a, b) in db.git_revs.items()) or "none"),
+        "- Protocols: "
+        + (
+            ", ".join(
+                f"`{p}` ({_rows(n)})" if p else f"none recorded ({_rows(n)})"
+                for p, n in sorted(db.protocols.items(), key=lambda kv: protocol_order(kv[0]))
+            )
+            or "none"
+        ),
+        "- Git revisions: "
+        + (", ".join(f"`{rev[:12]}` ({_rows(n)}, {a} to {b})" for rev, (n, a, b) in db.git_revs.items()) or "none"),
     ]
     if protocol_filter is not None:
         lines.append(f"- Reported: {protocol_label(protocol_filter)} only")
@@ -232,7 +250,7 @@ def gap_rows(published: list, protocol: str | None, cells: dict, explanations: d
                 if abs(diff) * 100 > GAP_PP:
                     why = explanations.get((exp, m)) or explanations.get((exp, "*")) or UNEXPLAINED
                     if why.lower().startswith("unexplained"):  # measured, yet no reading or probe accounts for it
-                        why = UNEXPLAINED + why[len("unexplained"):]
+                        why = UNEXPLAINED + why[len("unexplained") :]
                     rows.append([f"{t.table}", exp, m, ours_text(c), f"{100 * pub:.1f}", pp(diff), why])
     return rows
 
@@ -242,19 +260,31 @@ def gaps_section(published: list, protocol: str | None, cells: dict, explanation
     lines = [f"### Cells more than {GAP_PP:g} pp from the published value, {label}", ""]
     if not rows:
         return lines + ["None among the cells run.", ""]
-    lines += [f"{len(rows)} cells; {sum(r[-1].startswith(UNEXPLAINED) for r in rows)} unexplained. Explanations come from "
-              "`docs/results/explanations.csv` and name their evidence.", ""]
-    return (lines + _table(["table", "experiment", "method", "ours", "published", "difference", "explanation"], rows) + [""]
-            + stand_in_note([cells[(protocol, exp, m)] for _, exp, m, *_ in rows]))
+    lines += [
+        f"{len(rows)} cells; {sum(r[-1].startswith(UNEXPLAINED) for r in rows)} unexplained. Explanations come from "
+        "`docs/results/explanations.csv` and name their evidence.",
+        "",
+    ]
+    return (
+        lines
+        + _table(["table", "experiment", "method", "ours", "published", "difference", "explanation"], rows)
+        + [""]
+        + stand_in_note([cells[(protocol, exp, m)] for _, exp, m, *_ in rows])
+    )
 
 
 def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, ...], label: str) -> list[str]:
     """Our experiments without a published table: the registry's (E2b, E4a), every one listed so
     progress shows, and any experiment name the registry does not know."""
-    names = [e.name for e in EXPERIMENTS.values()  # JDFL and the earlier study: their own sections
-             if not e.tables and e.kind == "train" and not e.name.startswith("JDFL/")]
-    unknown = sorted({e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS and not e.startswith(("MCDC/", "JDFL/"))},
-                     key=experiment_order)
+    names = [
+        e.name
+        for e in EXPERIMENTS.values()  # JDFL and the earlier study: their own sections
+        if not e.tables and e.kind == "train" and not e.name.startswith("JDFL/")
+    ]
+    unknown = sorted(
+        {e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS and not e.startswith(("MCDC/", "JDFL/"))},
+        key=experiment_order,
+    )
     names += unknown
     wanted = set(names)
     ran = {m for (p, e, m) in cells if p == protocol and e in wanted}
@@ -286,16 +316,40 @@ def control_section(protocol: str | None, cells: dict, published: list) -> list[
         return []
     rows = []
     for name in names:
-        eig, rnd, oracle = (cells.get(k) for k in (("paper", name, "Conditional"), (CONTROL, name, "Conditional"),
-                                                     ("paper", name, "Oracle")))
+        eig, rnd, oracle = (
+            cells.get(k)
+            for k in (("paper", name, "Conditional"), (CONTROL, name, "Conditional"), ("paper", name, "Oracle"))
+        )
         pub = published_for(published, name, "Conditional")
-        rows.append([name, cell_text(eig, None), cell_text(rnd, None), cell_text(oracle, None),
-                     f"{100 * pub:.1f}" if pub is not None else "-"])
-    return (["### Control: Conditional with a random vector per client (no data), protocol `paper`", "",
-             "The random vector is drawn from the seed and the client's id, has the statistics' dimension and is "
-             "z-scored the same way. What it scores, a model can reach by telling clients apart alone.", ""]
-            + _table(["experiment", "Conditional (eigenvalues)", "Conditional (random vector)", "Oracle",
-                      "published Conditional"], rows) + [""])
+        rows.append(
+            [
+                name,
+                cell_text(eig, None),
+                cell_text(rnd, None),
+                cell_text(oracle, None),
+                f"{100 * pub:.1f}" if pub is not None else "-",
+            ]
+        )
+    return (
+        [
+            "### Control: Conditional with a random vector per client (no data), protocol `paper`",
+            "",
+            "The random vector is drawn from the seed and the client's id, has the statistics' dimension and is "
+            "z-scored the same way. What it scores, a model can reach by telling clients apart alone.",
+            "",
+        ]
+        + _table(
+            [
+                "experiment",
+                "Conditional (eigenvalues)",
+                "Conditional (random vector)",
+                "Oracle",
+                "published Conditional",
+            ],
+            rows,
+        )
+        + [""]
+    )
 
 
 def ari_section(protocol: str | None, cells: dict, label: str) -> list[str]:
@@ -320,20 +374,39 @@ def newcomers_section(ok: list[dict]) -> list[str]:
         extra = r.get("extra") or {}
         if "unseen_accuracy" in extra and r["accuracy"] is not None:
             statistic = (r.get("protocol") or {}).get("statistic", "eigenvalues")
-            rows.setdefault((r["experiment"], statistic, r["method"]), []).append((r["accuracy"], extra["unseen_accuracy"]))
+            rows.setdefault((r["experiment"], statistic, r["method"]), []).append(
+                (r["accuracy"], extra["unseen_accuracy"])
+            )
     if not rows:
         return []
     table = []
-    for (exp, statistic, method), vals in sorted(rows.items(), key=lambda kv: (experiment_order(kv[0][0]), kv[0][1],
-                                                                           method_order(kv[0][2]))):
+    for (exp, statistic, method), vals in sorted(
+        rows.items(), key=lambda kv: (experiment_order(kv[0][0]), kv[0][1], method_order(kv[0][2]))
+    ):
         seen = statistics.fmean(v[0] for v in vals)
         unseen = statistics.fmean(v[1] for v in vals)
-        table.append([exp, statistic if method.startswith("Conditional") else "-", method, pct(seen), pct(unseen),
-                      pp(unseen - seen), str(len(vals))])
-    return (["## Clients never seen in training", "",
-             "Runs with `--holdout-clients`: accuracy (%) of the training clients (seen) and of the held-out ones "
-             "(unseen), each evaluated with its own statistic, mean over seeds.", ""]
-            + _table(["experiment", "statistic", "method", "seen", "unseen", "unseen - seen", "seeds"], table) + [""])
+        table.append(
+            [
+                exp,
+                statistic if method.startswith("Conditional") else "-",
+                method,
+                pct(seen),
+                pct(unseen),
+                pp(unseen - seen),
+                str(len(vals)),
+            ]
+        )
+    return (
+        [
+            "## Clients never seen in training",
+            "",
+            "Runs with `--holdout-clients`: accuracy (%) of the training clients (seen) and of the held-out ones "
+            "(unseen), each evaluated with its own statistic, mean over seeds.",
+            "",
+        ]
+        + _table(["experiment", "statistic", "method", "seen", "unseen", "unseen - seen", "seeds"], table)
+        + [""]
+    )
 
 
 def walltime_section(ok: list[dict]) -> list[str]:
@@ -345,37 +418,80 @@ def walltime_section(ok: list[dict]) -> list[str]:
     if not groups:
         return []
     table = []
-    for (p, exp), rs in sorted(groups.items(), key=lambda kv: (protocol_order(kv[0][0]), experiment_order(kv[0][1] or ""))):
+    for (p, exp), rs in sorted(
+        groups.items(), key=lambda kv: (protocol_order(kv[0][0]), experiment_order(kv[0][1] or ""))
+    ):
         secs = [r["seconds"] for r in rs if r.get("seconds") is not None]
         slowest = max(rs, key=lambda r: r.get("seconds") or 0)
         cpus = sorted({(r.get("versions") or {}).get("cpu", "not recorded") for r in rs})
-        table.append([p or "-", exp, str(len(rs)), f"{sum(secs) / 60:.0f}", f"{slowest['method']} ({(slowest.get('seconds') or 0) / 60:.0f})",
-                      "; ".join(cpus)])
+        table.append(
+            [
+                p or "-",
+                exp,
+                str(len(rs)),
+                f"{sum(secs) / 60:.0f}",
+                f"{slowest['method']} ({(slowest.get('seconds') or 0) / 60:.0f})",
+                "; ".join(cpus),
+            ]
+        )
     total = sum(r.get("seconds") or 0 for r in ok) / 3600
-    return (["## Wall time per configuration", "",
-             f"Rows (cells and seeds) per experiment and protocol, their summed wall time in minutes, the "
-             f"slowest method, and the CPU (rows made before the CPU was recorded say so). In all: {len(ok)} rows, "
-             f"{total:.1f} core-hours.", ""]
-            + _table(["protocol", "experiment", "rows", "minutes", "slowest (minutes)", "CPU"], table) + [""])
+    return (
+        [
+            "## Wall time per configuration",
+            "",
+            f"Rows (cells and seeds) per experiment and protocol, their summed wall time in minutes, the "
+            f"slowest method, and the CPU (rows made before the CPU was recorded say so). In all: {len(ok)} rows, "
+            f"{total:.1f} core-hours.",
+            "",
+        ]
+        + _table(["protocol", "experiment", "rows", "minutes", "slowest (minutes)", "CPU"], table)
+        + [""]
+    )
 
 
 def superseded_section(gone) -> list[str]:
     """Rows made under defaults that have changed since: not in any table above; why, and how many."""
     if not gone:
         return []
-    return (["## Superseded rows", "", "Made under a default that has since changed; kept in the database's "
-             "`superseded` table and left out of every table and figure (a sweep of those cells runs them under the "
-             "current default):", ""]
-            + [f"- {n} row{'s' if n != 1 else ''}: {reason}" for reason, n in gone] + [""])
+    return (
+        [
+            "## Superseded rows",
+            "",
+            "Made under a default that has since changed; kept in the database's "
+            "`superseded` table and left out of every table and figure (a sweep of those cells runs them under the "
+            "current default):",
+            "",
+        ]
+        + [f"- {n} row{'s' if n != 1 else ''}: {reason}" for reason, n in gone]
+        + [""]
+    )
 
 
 def failed_section(failed: list[dict]) -> list[str]:
     lines = ["## Failed runs", ""]
     if not failed:
         return lines + ["None.", ""]
-    rows = [[r["protocol_name"] or "-", r["experiment"] or "(ad hoc)", r["method"], str(r["seed"]), r["error"] or "(no reason recorded)",
-             (r["git_rev"] or "")[:12], r["created_at"]]
-            for r in sorted(failed, key=lambda r: (protocol_order(r["protocol_name"]), experiment_order(r["experiment"] or ""), method_order(r["method"]), r["seed"], r["id"]))]
+    rows = [
+        [
+            r["protocol_name"] or "-",
+            r["experiment"] or "(ad hoc)",
+            r["method"],
+            str(r["seed"]),
+            r["error"] or "(no reason recorded)",
+            (r["git_rev"] or "")[:12],
+            r["created_at"],
+        ]
+        for r in sorted(
+            failed,
+            key=lambda r: (
+                protocol_order(r["protocol_name"]),
+                experiment_order(r["experiment"] or ""),
+                method_order(r["method"]),
+                r["seed"],
+                r["id"],
+            ),
+        )
+    ]
     return lines + _table(["protocol", "experiment", "method", "seed", "error", "git revision", "when"], rows) + [""]
 
 

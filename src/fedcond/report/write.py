@@ -27,8 +27,10 @@ def read_explanations(path: str | Path | None) -> dict:
         reader = csv.DictReader(f)
         missing = {"experiment", "method", "explanation"} - set(reader.fieldnames or ())
         if missing:
-            raise FedcondError(f"explanations file {path}: no column {', '.join(sorted(missing))} "
-                               "(expected experiment, method, explanation)")
+            raise FedcondError(
+                f"explanations file {path}: no column {', '.join(sorted(missing))} "
+                "(expected experiment, method, explanation)"
+            )
         out = {}
         for n, r in enumerate(reader, start=2):
             if any(r.get(k) is None for k in ("experiment", "method", "explanation")):
@@ -37,8 +39,13 @@ def read_explanations(path: str | Path | None) -> dict:
         return out
 
 
-def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name: str | None = None,
-                 explanations: str | Path | None = None, readme: str | Path | None = None) -> Path:
+def write_report(
+    db_path: str | Path | None,
+    out_dir: str | Path,
+    protocol_name: str | None = None,
+    explanations: str | Path | None = None,
+    readme: str | Path | None = None,
+) -> Path:
     """Write `out_dir/report.md` and its PNG figures; return the report's path. With `readme`, also
     refill that file's reproduction-summary block (readme.py) for `protocol_name`.
 
@@ -58,7 +65,9 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
     if protocol_name is not None:
         if protocol_name not in seen and protocol_name not in PROTOCOLS:
             held = ", ".join(sorted(str(p) for p in seen)) or "none"
-            raise FedcondError(f"results database {db.path} holds no run of protocol '{protocol_name}' (it holds: {held})")
+            raise FedcondError(
+                f"results database {db.path} holds no run of protocol '{protocol_name}' (it holds: {held})"
+            )
         ok = [r for r in ok if r["protocol_name"] == protocol_name]
         failed = [r for r in failed if r["protocol_name"] == protocol_name]
         groups = [protocol_name]
@@ -66,7 +75,11 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
         groups = sorted({r["protocol_name"] for r in ok + failed if r["experiment"] is not None}, key=protocol_order)
     # the control sits beside paper's Conditional and a stand-in variant (data.STAND_IN_OPTIONS) fills
     # paper's cells it has no run of: both are read even when only `paper` is reported
-    beside = [r for r in db.ok if r["protocol_name"] == md.CONTROL or stands_in(r["protocol_name"])] if protocol_name == "paper" else []
+    beside = (
+        [r for r in db.ok if r["protocol_name"] == md.CONTROL or stands_in(r["protocol_name"])]
+        if protocol_name == "paper"
+        else []
+    )
     cells = with_stand_ins(make_cells(ok + beside, failed))
     published = published_tables(paper_results())
     why = read_explanations(explanations)
@@ -75,12 +88,20 @@ def write_report(db_path: str | Path | None, out_dir: str | Path, protocol_name:
     legend_at, shows_published = len(lines), False
     runs_exist = bool(groups) and (protocol_name is None or bool(ok or failed))
     if not runs_exist:
-        lines += ["No experiment has been run yet" + (f" under {md.protocol_label(protocol_name)}" if protocol_name else "")
-                  + ": the tables show the published numbers only.", ""]
+        lines += [
+            "No experiment has been run yet"
+            + (f" under {md.protocol_label(protocol_name)}" if protocol_name else "")
+            + ": the tables show the published numbers only.",
+            "",
+        ]
         groups = groups or [None]
     if len(groups) > 1:
-        lines += ["The database holds several protocols: " + ", ".join(md.protocol_label(p) for p in groups)
-                  + "; each has its own tables and figures below.", ""]
+        lines += [
+            "The database holds several protocols: "
+            + ", ".join(md.protocol_label(p) for p in groups)
+            + "; each has its own tables and figures below.",
+            "",
+        ]
     for p in groups:
         label = md.protocol_label(p) if runs_exist else (f"{md.protocol_label(p)}, no runs yet" if p else "no runs yet")
         lines += [f"## Results, {label}", ""]

@@ -6,5 +6,13 @@ from .families import FAMILIES
 from .federation import ClientData, Federation, GroundTruth, Scenario
 from .spec import ScenarioSpec, canonical_family, make_scenario
 
-__all__ = ["FAMILIES", "ClientData", "Federation", "GroundTruth", "Scenario", "ScenarioSpec", "canonical_family",
-           "make_scenario"]
+__all__ = [
+    "FAMILIES",
+    "ClientData",
+    "Federation",
+    "GroundTruth",
+    "Scenario",
+    "ScenarioSpec",
+    "canonical_family",
+    "make_scenario",
+]

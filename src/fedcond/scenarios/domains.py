@@ -13,8 +13,13 @@ from .federation import ClientData, Federation, GroundTruth, Scenario
 from .partition import to_nchw
 
 
-def domain_split(dataset: str, load, clients_per_domain: int = G.DOMAIN_CLIENTS,
-                 test_fraction: float = G.DOMAIN_TEST_FRACTION, seed: int = 0) -> Scenario:
+def domain_split(
+    dataset: str,
+    load,
+    clients_per_domain: int = G.DOMAIN_CLIENTS,
+    test_fraction: float = G.DOMAIN_TEST_FRACTION,
+    seed: int = 0,
+) -> Scenario:
     """Split a multi-domain dataset (DomainData) into clients of one domain each; seeded."""
     if clients_per_domain < 1:
         raise FedcondError(f"clients per domain must be at least 1, got {clients_per_domain}")
@@ -36,8 +41,10 @@ def domain_split(dataset: str, load, clients_per_domain: int = G.DOMAIN_CLIENTS,
             train.append(idx[cut:])
         train, test = rng.permutation(np.concatenate(train)), rng.permutation(np.concatenate(test))
         if len(train) < clients_per_domain or len(test) < clients_per_domain:
-            raise FedcondError(f"domain '{name}' has {len(train)} train / {len(test)} test images, "
-                               f"too few for {clients_per_domain} clients")
+            raise FedcondError(
+                f"domain '{name}' has {len(train)} train / {len(test)} test images, "
+                f"too few for {clients_per_domain} clients"
+            )
         for tr, te in zip(np.array_split(train, clients_per_domain), np.array_split(test, clients_per_domain)):
             tr, te = torch.from_numpy(np.sort(tr)), torch.from_numpy(np.sort(te))
             clients.append(ClientData(x_all[tr], y_all[tr], x_all[te], y_all[te]))
@@ -46,7 +53,15 @@ def domain_split(dataset: str, load, clients_per_domain: int = G.DOMAIN_CLIENTS,
     mean = tuple(float(v) for v in train_x.mean(dim=(0, 2, 3)))  # the pooled training images' statistics,
     std = tuple(float(v) for v in train_x.std(dim=(0, 2, 3)))  # as the other families normalise
     del train_x
-    fed = Federation(family="domain", dataset=dataset, clients=tuple(clients), num_classes=len(data.classes),
-                     input_shape=tuple(x_all.shape[1:]), mean=mean, std=std, label_names=tuple(data.classes),
-                     params={"clients_per_domain": clients_per_domain, "test_fraction": test_fraction, "seed": seed})
+    fed = Federation(
+        family="domain",
+        dataset=dataset,
+        clients=tuple(clients),
+        num_classes=len(data.classes),
+        input_shape=tuple(x_all.shape[1:]),
+        mean=mean,
+        std=std,
+        label_names=tuple(data.classes),
+        params={"clients_per_domain": clients_per_domain, "test_fraction": test_fraction, "seed": seed},
+    )
     return Scenario(fed, GroundTruth(cluster=np.array(cluster, dtype=np.int64), cluster_names=tuple(data.domains)))

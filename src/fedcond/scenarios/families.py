@@ -31,8 +31,9 @@ def _check_clients(n: int, what: str = "clients per cluster") -> None:
         raise FedcondError(f"{what} must be at least 1, got {n}")
 
 
-def label_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: int = 5, seed: int = 0,
-                groups: str | None = None):
+def label_shift(
+    dataset: str, load: Loader, k: int = 2, clients_per_cluster: int = 5, seed: int = 0, groups: str | None = None
+):
     """E1: cluster k sees only the classes of group k; the task keeps the full label space.
 
     `groups`: a grouping name or explicit groups (groupings.e1_groups; None: the default).
@@ -52,7 +53,12 @@ def label_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: int
         raise FedcondError(f"E1 needs 1 <= K <= {C} (the classes of {dataset}), got K={k}")
     chosen = G.e1_groups(dataset, k, groups, C)
     specs = [
-        ClusterSpec(f"group{g}:{','.join(map(str, cls))}", dataset, _label_map(C, {c: c for c in cls}), clients=clients_per_cluster)
+        ClusterSpec(
+            f"group{g}:{','.join(map(str, cls))}",
+            dataset,
+            _label_map(C, {c: c for c in cls}),
+            clients=clients_per_cluster,
+        )
         for g, cls in enumerate(chosen)
     ]
     params = {**_params(locals()), "groups": G.format_groups(chosen)}
@@ -64,13 +70,16 @@ def _cifar100_superclasses(data: ImageData, clients_per_cluster: int, seed: int)
     for g in range(20):
         fine = np.unique(data.y_train[data.coarse_train == g])
         name = data.coarse_classes[g] if data.coarse_classes else f"superclass{g}"
-        specs.append(ClusterSpec(name, "cifar100", _label_map(100, {int(c): int(c) for c in fine}), clients=clients_per_cluster))
+        specs.append(
+            ClusterSpec(name, "cifar100", _label_map(100, {int(c): int(c) for c in fine}), clients=clients_per_cluster)
+        )
     params = {"k": 20, "clients_per_cluster": clients_per_cluster, "seed": seed}
     return build("E1", "cifar100", specs, {"cifar100": data}, 100, seed, tuple(data.classes), params)
 
 
-def subclass_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: int = 5, seed: int = 0,
-                   groups: str | None = None):
+def subclass_shift(
+    dataset: str, load: Loader, k: int = 2, clients_per_cluster: int = 5, seed: int = 0, groups: str | None = None
+):
     """E2a: every cluster predicts the same superclasses, from its own share of their member classes.
     `groups`: the superclasses by grouping name or explicit member lists (groupings.e2a_superclasses)."""
     _check_clients(clients_per_cluster)
@@ -84,7 +93,14 @@ def subclass_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: 
     specs = []
     for c in range(k):
         mapping = {cls: t for t in range(len(supers)) for cls in dealt[t][c]}
-        specs.append(ClusterSpec(f"share{c}:{','.join(map(str, sorted(mapping)))}", dataset, _label_map(C, mapping), clients=clients_per_cluster))
+        specs.append(
+            ClusterSpec(
+                f"share{c}:{','.join(map(str, sorted(mapping)))}",
+                dataset,
+                _label_map(C, mapping),
+                clients=clients_per_cluster,
+            )
+        )
     names = tuple(name for name, _ in supers)
     params = {**_params(locals()), "groups": G.format_groups(m for _, m in supers)}
     return build("E2a", dataset, specs, {dataset: data}, len(supers), seed, names, params)
@@ -106,10 +122,14 @@ def concept_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: i
     _check_clients(clients_per_cluster)
     labelings = G.table_for(G.E3A_LABELINGS, dataset, "E3a (semantic concept shift)")
     if not 2 <= k <= len(labelings):
-        raise FedcondError(f"E3a on {dataset} has {len(labelings)} labellings, so K must be 2..{len(labelings)}, got K={k}")
+        raise FedcondError(
+            f"E3a on {dataset} has {len(labelings)} labellings, so K must be 2..{len(labelings)}, got K={k}"
+        )
     data = load(dataset)
     C = max(len(names) for _, names, _ in labelings[:k])
-    specs = [ClusterSpec(name, dataset, tuple(mapping), clients=clients_per_cluster) for name, _, mapping in labelings[:k]]
+    specs = [
+        ClusterSpec(name, dataset, tuple(mapping), clients=clients_per_cluster) for name, _, mapping in labelings[:k]
+    ]
     names = tuple("/".join(n[i] if i < len(n) else "-" for _, n, _ in labelings[:k]) for i in range(C))
     return build("E3a", dataset, specs, {dataset: data}, C, seed, names, _params(locals()))
 
@@ -131,10 +151,14 @@ def label_permutation(dataset: str, load: Loader, k: int = 2, clients_per_cluste
         if p not in perms:
             perms.append(p)
     specs = [ClusterSpec(f"perm{i}", dataset, p, clients=clients_per_cluster) for i, p in enumerate(perms)]
-    return build("E3b", dataset, specs, {dataset: data}, C, seed, tuple(f"label{c}" for c in range(C)), _params(locals()))
+    return build(
+        "E3b", dataset, specs, {dataset: data}, C, seed, tuple(f"label{c}" for c in range(C)), _params(locals())
+    )
 
 
-def cross_dataset(dataset: str, load: Loader, clients: int = 10, seed: int = 0, pair: tuple[str, str] = ("mnist", "fmnist")):
+def cross_dataset(
+    dataset: str, load: Loader, clients: int = 10, seed: int = 0, pair: tuple[str, str] = ("mnist", "fmnist")
+):
     """E4a: cluster 0 holds one dataset, cluster 1 another (MNIST and Fashion-MNIST), both 10-class."""
     if clients < 2 or clients % 2:
         raise FedcondError(f"E4a splits clients evenly over 2 datasets: --clients must be even and >= 2, got {clients}")
@@ -142,7 +166,16 @@ def cross_dataset(dataset: str, load: Loader, clients: int = 10, seed: int = 0, 
     C = len(sources[pair[0]].classes)
     ident = tuple(range(C))
     specs = [ClusterSpec(name, name, ident, clients=clients // 2) for name in pair]
-    return build("E4a", "+".join(pair), specs, sources, C, seed, tuple(f"label{c}" for c in range(C)), {"clients": clients, "seed": seed})
+    return build(
+        "E4a",
+        "+".join(pair),
+        specs,
+        sources,
+        C,
+        seed,
+        tuple(f"label{c}" for c in range(C)),
+        {"clients": clients, "seed": seed},
+    )
 
 
 def e4b_clusters(dataset: str, c: int, num_source_classes: int = 10) -> list[tuple[str, tuple[int, ...]]]:
@@ -175,12 +208,16 @@ def combined_shift(dataset: str, load: Loader, c: int = 2, clients: int = 20, se
         raise FedcondError(f"E4b needs C >= 1, got C={c}")
     n_clusters = 2 * c
     if clients < n_clusters or clients % n_clusters:
-        raise FedcondError(f"E4b has {n_clusters} clusters: --clients must be a positive multiple of {n_clusters}, got {clients}")
+        raise FedcondError(
+            f"E4b has {n_clusters} clusters: --clients must be a positive multiple of {n_clusters}, got {clients}"
+        )
     data = load(dataset)
     C_src = len(data.classes)
     C = max(len(names) for _, names, _ in labelings)
-    specs = [ClusterSpec(name, dataset, label_map, clients=clients // n_clusters)
-             for name, label_map in e4b_clusters(dataset, c, C_src)]
+    specs = [
+        ClusterSpec(name, dataset, label_map, clients=clients // n_clusters)
+        for name, label_map in e4b_clusters(dataset, c, C_src)
+    ]
     names = tuple(f"label{i}" for i in range(C))
     return build("E4b", dataset, specs, {dataset: data}, C, seed, names, {"c": c, "clients": clients, "seed": seed})
 

@@ -35,7 +35,13 @@ E1_SEMANTIC: dict[str, dict[int, tuple[tuple[int, ...], ...]]] = {
     "fmnist": {
         2: ((0, 2, 3, 4, 6), (1, 5, 7, 8, 9)),  # tops and dress | trouser, footwear, bag
         3: ((0, 2, 4, 6), (1, 3, 8), (5, 7, 9)),  # tops | trouser, dress, bag | footwear
-        5: ((0, 6), (2, 4), (1, 3), (5, 7), (8, 9)),  # T-shirt, shirt | pullover, coat | trouser, dress | sandal, sneaker | bag, boot
+        5: (
+            (0, 6),
+            (2, 4),
+            (1, 3),
+            (5, 7),
+            (8, 9),
+        ),  # T-shirt, shirt | pullover, coat | trouser, dress | sandal, sneaker | bag, boot
         10: tuple((c,) for c in range(10)),
     },
     "cifar10": {
@@ -59,8 +65,10 @@ def parse_groups(text: str, num_classes: int) -> tuple[tuple[int, ...], ...]:
     try:
         groups = tuple(tuple(int(c) for c in part.split(",")) for part in text.split("|"))
     except ValueError:
-        raise FedcondError(f"--groups '{text}': expected a grouping name ({', '.join(GROUPINGS)}) "
-                           "or class indices like '0,2,3,4,6|1,5,7,8,9'") from None
+        raise FedcondError(
+            f"--groups '{text}': expected a grouping name ({', '.join(GROUPINGS)}) "
+            "or class indices like '0,2,3,4,6|1,5,7,8,9'"
+        ) from None
     flat = [c for g in groups for c in g]
     if any(not 0 <= c < num_classes for c in flat):
         raise FedcondError(f"--groups '{text}': class indices must be in 0..{num_classes - 1}")
@@ -157,6 +165,7 @@ def table_for(table: dict, dataset: str, what: str, keyed_by: str = "dataset"):
 def deal_round_robin(members: tuple[int, ...], k: int) -> list[tuple[int, ...]]:
     """Divide a superclass's member classes among k clusters: member j goes to cluster j mod k."""
     return [tuple(members[j] for j in range(c, len(members), k)) for c in range(k)]
+
 
 # ---- Domain federations (JDFL, SPEC C.7): PACS and Office-Caltech-10 have no official split. ---
 # Each domain's images are split per class into train / test (DOMAIN_TEST_FRACTION held out,

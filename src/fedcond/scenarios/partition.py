@@ -45,19 +45,34 @@ def subsample(data, fraction: float, seed: int):
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5AB5]))  # purpose: subsampling
     if hasattr(data, "domain"):  # a multi-domain dataset (one split): stratify by (domain, class)
         strata = data.domain * len(data.classes) + data.y
-        idx = np.sort(np.concatenate([rng.permutation(np.flatnonzero(strata == g))[: max(1, int(round(fraction * np.sum(strata == g))))]
-                                      for g in np.unique(strata)]))
+        idx = np.sort(
+            np.concatenate(
+                [
+                    rng.permutation(np.flatnonzero(strata == g))[: max(1, int(round(fraction * np.sum(strata == g))))]
+                    for g in np.unique(strata)
+                ]
+            )
+        )
         return dataclasses.replace(data, x=data.x[idx], y=data.y[idx], domain=data.domain[idx])
     keep = {}
     for split in ("train", "test"):
         y = getattr(data, f"y_{split}")
-        idx = np.concatenate([rng.permutation(np.flatnonzero(y == c))[: max(1, int(round(fraction * np.sum(y == c))))] for c in np.unique(y)])
+        idx = np.concatenate(
+            [
+                rng.permutation(np.flatnonzero(y == c))[: max(1, int(round(fraction * np.sum(y == c))))]
+                for c in np.unique(y)
+            ]
+        )
         keep[split] = np.sort(idx)
     changes = {f"{a}_{split}": getattr(data, f"{a}_{split}")[keep[split]] for split in keep for a in ("x", "y")}
     for split in keep:
         if getattr(data, f"coarse_{split}", None) is not None:
             changes[f"coarse_{split}"] = getattr(data, f"coarse_{split}")[keep[split]]
-    return dataclasses.replace(data, **changes) if dataclasses.is_dataclass(data) else type(data)(**{**vars(data), **changes})
+    return (
+        dataclasses.replace(data, **changes)
+        if dataclasses.is_dataclass(data)
+        else type(data)(**{**vars(data), **changes})
+    )
 
 
 def rotate(images: torch.Tensor, degrees: float) -> torch.Tensor:
@@ -89,7 +104,11 @@ def _divide_split(
     for source in sorted({s.source for s in specs}):
         y = labels[source]
         for cls in np.unique(y):
-            takers = [k for k, s in enumerate(specs) if s.source == source and cls < len(s.label_map) and s.label_map[cls] >= 0]
+            takers = [
+                k
+                for k, s in enumerate(specs)
+                if s.source == source and cls < len(s.label_map) and s.label_map[cls] >= 0
+            ]
             if not takers:
                 continue
             idx = rng.permutation(np.flatnonzero(y == cls))

@@ -81,7 +81,9 @@ class ScenarioSpec:
     seed: int = 0
     data_dir: str | None = None
     fraction: float = 1.0  # keep this share of every split (stratified, seeded): the smoke protocol's speed
-    groups: str | None = None  # E1 / E2a class grouping: a name (scenarios.groupings.GROUPINGS) or '0,1|2,3'; None: default
+    groups: str | None = (
+        None  # E1 / E2a class grouping: a name (scenarios.groupings.GROUPINGS) or '0,1|2,3'; None: default
+    )
 
     def __post_init__(self):
         object.__setattr__(self, "family", canonical_family(self.family))
@@ -92,8 +94,15 @@ class ScenarioSpec:
             base = load
             load = lambda name: subsample(base(name), self.fraction, self.seed)  # noqa: E731
         return make_scenario(
-            self.family, self.dataset, load, k=self.k, clients_per_cluster=self.clients_per_cluster,
-            clients=self.clients, rotations=self.rotations, seed=self.seed, groups=self.groups,
+            self.family,
+            self.dataset,
+            load,
+            k=self.k,
+            clients_per_cluster=self.clients_per_cluster,
+            clients=self.clients,
+            rotations=self.rotations,
+            seed=self.seed,
+            groups=self.groups,
         )
 
     def describe(self) -> dict:

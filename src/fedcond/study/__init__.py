@@ -15,6 +15,22 @@ from .registry import EXPERIMENTS, StudyExperiment, record
 from .statistic import client_statistics, eigvec_statistic, fix_sign, leading_eigenvectors
 from .synthetic import StudyResult, fit_and_score, format_table, main, run_synthetic
 
-__all__ = ["EXPERIMENTS", "MODELS", "StudyExperiment", "record", "TASKS", "StudyResult", "SyntheticFederation", "TrainConfig", "client_statistics",
-           "eigvec_statistic", "fit_and_score", "fix_sign", "format_table", "generate", "leading_eigenvectors",
-           "main", "run_synthetic"]
+__all__ = [
+    "EXPERIMENTS",
+    "MODELS",
+    "StudyExperiment",
+    "record",
+    "TASKS",
+    "StudyResult",
+    "SyntheticFederation",
+    "TrainConfig",
+    "client_statistics",
+    "eigvec_statistic",
+    "fit_and_score",
+    "fix_sign",
+    "format_table",
+    "generate",
+    "leading_eigenvectors",
+    "main",
+    "run_synthetic",
+]

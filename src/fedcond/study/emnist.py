@@ -107,14 +107,18 @@ class EmnistFederation:
 def build_federation(data: ImageData, config: EmnistConfig = EmnistConfig(), seed: int = 0) -> EmnistFederation:
     """Deal each cluster's images out to its clients (see the module docstring)."""
     if len(data.classes) != 62 or data.classes[10] != "A" or data.classes[36] != "a":
-        raise FedcondError(f"the EMNIST study needs the byclass split (62 classes), got {len(data.classes)} classes; "
-                           f"load it with split='byclass'")
+        raise FedcondError(
+            f"the EMNIST study needs the byclass split (62 classes), got {len(data.classes)} classes; "
+            f"load it with split='byclass'"
+        )
     rng = np.random.default_rng(np.random.SeedSequence([0xE3, seed]))  # purpose: client shares
     k = config.clients_per_cluster
     parts = {"train": ([], []), "test": ([], [])}
     sizes = {}
-    for split, x, y, want in (("train", data.x_train, data.y_train, config.samples_per_client),
-                              ("test", data.x_test, data.y_test, config.test_samples_per_client)):
+    for split, x, y, want in (
+        ("train", data.x_train, data.y_train, config.samples_per_client),
+        ("test", data.x_test, data.y_test, config.test_samples_per_client),
+    ):
         kinds = cluster_of(y, data.classes)
         per = min([want] + [int((kinds == c).sum()) // k for c in range(len(CLUSTERS))])
         if per < 1:
@@ -125,9 +129,16 @@ def build_federation(data: ImageData, config: EmnistConfig = EmnistConfig(), see
             for share in idx.reshape(k, per):
                 parts[split][0].append(torch.from_numpy(x[share]).unsqueeze(1))  # [n, 1, 28, 28] uint8
                 parts[split][1].append(torch.from_numpy(y[share]))
-    return EmnistFederation(x_train=parts["train"][0], y_train=parts["train"][1], x_test=parts["test"][0],
-                            y_test=parts["test"][1], cluster=np.repeat(np.arange(len(CLUSTERS)), k),
-                            classes=tuple(data.classes), train_per_client=sizes["train"], test_per_client=sizes["test"])
+    return EmnistFederation(
+        x_train=parts["train"][0],
+        y_train=parts["train"][1],
+        x_test=parts["test"][0],
+        y_test=parts["test"][1],
+        cluster=np.repeat(np.arange(len(CLUSTERS)), k),
+        classes=tuple(data.classes),
+        train_per_client=sizes["train"],
+        test_per_client=sizes["test"],
+    )
 
 
 def pixel_statistics(fed: EmnistFederation, n_c: int) -> np.ndarray:
@@ -138,6 +149,7 @@ def pixel_statistics(fed: EmnistFederation, n_c: int) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------ training
 
+
 def _init(spec: ModelSpec, seed: tuple[int, ...]) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(np.random.SeedSequence([0x1417, *seed]).generate_state(1)[0]))  # purpose: init
@@ -145,8 +157,16 @@ def _init(spec: ModelSpec, seed: tuple[int, ...]) -> torch.nn.Module:
 
 
 @with_mode
-def train_model(spec: ModelSpec, x: torch.Tensor, y: torch.Tensor, owner: torch.Tensor, stats: torch.Tensor | None,
-                config: EmnistConfig, seed: tuple[int, ...], device: str = "cpu") -> torch.nn.Module:
+def train_model(
+    spec: ModelSpec,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    owner: torch.Tensor,
+    stats: torch.Tensor | None,
+    config: EmnistConfig,
+    seed: tuple[int, ...],
+    device: str = "cpu",
+) -> torch.nn.Module:
     """Minibatch SGD with momentum over pooled (x [n, 1, 28, 28] uint8, y [n]); sample j's statistic is
     stats[owner[j]] (looked up per batch: the pooled per-sample copy would take 1.9 GB at n_c = 8)."""
     dev = torch.device(device)
@@ -167,8 +187,9 @@ def train_model(spec: ModelSpec, x: torch.Tensor, y: torch.Tensor, owner: torch.
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, x: torch.Tensor, s: torch.Tensor | None, device: str = "cpu",
-            batch_size: int = 1024) -> torch.Tensor:
+def predict(
+    model: torch.nn.Module, x: torch.Tensor, s: torch.Tensor | None, device: str = "cpu", batch_size: int = 1024
+) -> torch.Tensor:
     """Class predictions [n] for one client's images x [n, 1, 28, 28] and its statistic s [L] (or None)."""
     model.eval()
     dev = torch.device(device)
@@ -181,6 +202,7 @@ def predict(model: torch.nn.Module, x: torch.Tensor, s: torch.Tensor | None, dev
 
 
 # ------------------------------------------------------------------------------------------ metrics
+
 
 def confusable_accuracy(y: np.ndarray, pred: np.ndarray, classes: tuple[str, ...]) -> dict:
     """Per group: accuracy, share predicted as another member of the group, samples, and per character."""
@@ -195,31 +217,67 @@ def confusable_accuracy(y: np.ndarray, pred: np.ndarray, classes: tuple[str, ...
             per_char[c] = {"accuracy": float((pred[sel] == m).mean()) if sel.any() else None, "samples": int(sel.sum())}
         n = int(mask.sum())
         confused = np.isin(pred[mask], members) & (pred[mask] != y[mask])
-        out[group] = {"accuracy": float((pred[mask] == y[mask]).mean()) if n else None,
-                      "confused_within_group": float(confused.mean()) if n else None, "samples": n, "per_char": per_char}
+        out[group] = {
+            "accuracy": float((pred[mask] == y[mask]).mean()) if n else None,
+            "confused_within_group": float(confused.mean()) if n else None,
+            "samples": n,
+            "per_char": per_char,
+        }
     return out
 
 
-def _score(method: str, fed: EmnistFederation, preds: list[torch.Tensor], seconds: float, config: EmnistConfig,
-           hyper: dict, extra: dict) -> StudyResult:
+def _score(
+    method: str,
+    fed: EmnistFederation,
+    preds: list[torch.Tensor],
+    seconds: float,
+    config: EmnistConfig,
+    hyper: dict,
+    extra: dict,
+) -> StudyResult:
     y = [t.numpy() for t in fed.y_test]
     p = [t.numpy() for t in preds]
     per_client = np.array([(a == b).mean() for a, b in zip(p, y)])
     y_all, p_all = np.concatenate(y), np.concatenate(p)
     kinds = cluster_of(y_all, fed.classes)
-    per_cluster = {name: float((p_all[kinds == c] == y_all[kinds == c]).mean()) if (kinds == c).any() else None
-                   for c, name in enumerate(CLUSTERS)}
-    extra = {"metric": "accuracy", "per_cluster": per_cluster, "confusable": confusable_accuracy(y_all, p_all, fed.classes),
-             "train_per_client": fed.train_per_client, "test_per_client": fed.test_per_client, "split": SPLIT, **extra}
-    return StudyResult(method=method, metric="accuracy", value=float(per_client.mean()), spread=float(per_client.std()),
-                       pooled=float((p_all == y_all).mean()), per_client=[float(v) for v in per_client],
-                       seconds=seconds, steps=config.epochs, hyperparameters={**config.as_dict(), **hyper}, extra=extra)
+    per_cluster = {
+        name: float((p_all[kinds == c] == y_all[kinds == c]).mean()) if (kinds == c).any() else None
+        for c, name in enumerate(CLUSTERS)
+    }
+    extra = {
+        "metric": "accuracy",
+        "per_cluster": per_cluster,
+        "confusable": confusable_accuracy(y_all, p_all, fed.classes),
+        "train_per_client": fed.train_per_client,
+        "test_per_client": fed.test_per_client,
+        "split": SPLIT,
+        **extra,
+    }
+    return StudyResult(
+        method=method,
+        metric="accuracy",
+        value=float(per_client.mean()),
+        spread=float(per_client.std()),
+        pooled=float((p_all == y_all).mean()),
+        per_client=[float(v) for v in per_client],
+        seconds=seconds,
+        steps=config.epochs,
+        hyperparameters={**config.as_dict(), **hyper},
+        extra=extra,
+    )
 
 
 # ------------------------------------------------------------------------------------------ the study
 
-def run_methods(fed: EmnistFederation, methods: tuple[str, ...] = METHODS, nc: tuple[int, ...] = NC_VALUES,
-                config: EmnistConfig = EmnistConfig(), seed: int = 0, device: str = "cpu") -> dict[str, StudyResult]:
+
+def run_methods(
+    fed: EmnistFederation,
+    methods: tuple[str, ...] = METHODS,
+    nc: tuple[int, ...] = NC_VALUES,
+    config: EmnistConfig = EmnistConfig(),
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict[str, StudyResult]:
     """Train and evaluate on a built federation. Keys: 'global', 'cluster', 'client', 'conditional/nc=<n_c>'."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -255,15 +313,27 @@ def run_methods(fed: EmnistFederation, methods: tuple[str, ...] = METHODS, nc: t
             model = train_model(spec, x_all, y_all, owner, stats, config, (seed, 4, n_c), device)
             preds = [predict(model, fed.x_test[i], stats[i], device) for i in range(fed.num_clients)]
             ari = cluster_ari(eig[:, : PIXELS * n_c], fed.cluster, seed)
-            out[f"conditional/nc={n_c}"] = _score("conditional", fed, preds, time.perf_counter() - start, config,
-                                                  {"n_c": n_c, "stat_dim": PIXELS * n_c, "stat_scale": "sqrt(784)"},
-                                                  {"statistic_ari": ari})
+            out[f"conditional/nc={n_c}"] = _score(
+                "conditional",
+                fed,
+                preds,
+                time.perf_counter() - start,
+                config,
+                {"n_c": n_c, "stat_dim": PIXELS * n_c, "stat_scale": "sqrt(784)"},
+                {"statistic_ari": ari},
+            )
     return out
 
 
-def run_emnist(data_dir=None, nc: tuple[int, ...] = NC_VALUES, methods: tuple[str, ...] = METHODS, seed: int = 0,
-               config: EmnistConfig = EmnistConfig(), device: str = "cpu",
-               data: ImageData | None = None) -> dict[str, StudyResult]:
+def run_emnist(
+    data_dir=None,
+    nc: tuple[int, ...] = NC_VALUES,
+    methods: tuple[str, ...] = METHODS,
+    seed: int = 0,
+    config: EmnistConfig = EmnistConfig(),
+    device: str = "cpu",
+    data: ImageData | None = None,
+) -> dict[str, StudyResult]:
     """The whole EMNIST study in one call: load byclass from `data_dir` (see `fedcond.data.resolve_data_dir`),
     build the three-cluster federation, train the references and one conditional CNN per n_c."""
     data = data if data is not None else load("emnist", data_dir, split=SPLIT)
@@ -278,12 +348,16 @@ def format_results(results: dict[str, StudyResult]) -> str:
     lines = [head, "-" * len(head)]
     for key, r in results.items():
         conf = r.extra["confusable"]
-        cells = " ".join(f"{conf[g]['accuracy']:>7.3f}" if conf[g]["accuracy"] is not None else f"{'-':>7}" for g in groups)
+        cells = " ".join(
+            f"{conf[g]['accuracy']:>7.3f}" if conf[g]["accuracy"] is not None else f"{'-':>7}" for g in groups
+        )
         lines.append(f"{key:<18} {r.value:>6.3f} {r.spread:>6.3f} {cells}")
     return "\n".join(lines)
 
 
-def main(data_dir=None, device: str = "cpu", seed: int = 0, config: EmnistConfig = EmnistConfig()) -> dict[str, StudyResult]:
+def main(
+    data_dir=None, device: str = "cpu", seed: int = 0, config: EmnistConfig = EmnistConfig()
+) -> dict[str, StudyResult]:
     """Run the whole EMNIST study and print its table (a GPU is advised: 8 CNNs x 20 epochs x 75,000 images)."""
     start = time.perf_counter()
     res = run_emnist(data_dir, seed=seed, config=config, device=device)

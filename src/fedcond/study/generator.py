@@ -91,16 +91,21 @@ class SyntheticFederation:
         return ((f > 0) == (self.y_test > 0.5)).mean(axis=1)
 
     def __repr__(self) -> str:
-        return (f"SyntheticFederation({self.task}: {self.num_clusters} clusters, {self.num_clients} clients, "
-                f"train {self.x_train.shape[1]} / test {self.x_test.shape[1]} samples each, D={self.features})")
+        return (
+            f"SyntheticFederation({self.task}: {self.num_clusters} clusters, {self.num_clients} clients, "
+            f"train {self.x_train.shape[1]} / test {self.x_test.shape[1]} samples each, D={self.features})"
+        )
 
 
-def cluster_directions(clusters: int, features: int, rng: np.random.Generator,
-                       margin: float = SIGN_MARGIN, tries: int = 2000) -> np.ndarray:
+def cluster_directions(
+    clusters: int, features: int, rng: np.random.Generator, margin: float = SIGN_MARGIN, tries: int = 2000
+) -> np.ndarray:
     """K orthonormal, sign-fixed directions [K, D], each with a sign margin of at least `margin`."""
     if clusters > features:
-        raise FedcondError(f"the generator needs clusters <= features for orthonormal cluster directions "
-                           f"(got {clusters} clusters, {features} features)")
+        raise FedcondError(
+            f"the generator needs clusters <= features for orthonormal cluster directions "
+            f"(got {clusters} clusters, {features} features)"
+        )
     for _ in range(100):  # a whole new frame when a late direction finds no room for the margin
         u = np.zeros((0, features))
         for _k in range(clusters):
@@ -116,13 +121,23 @@ def cluster_directions(clusters: int, features: int, rng: np.random.Generator,
                 break
         if len(u) == clusters:
             return fix_sign(u)
-    raise FedcondError(f"could not draw {clusters} orthonormal directions in {features} dimensions with "
-                       f"sign margin {margin}; lower the margin")
+    raise FedcondError(
+        f"could not draw {clusters} orthonormal directions in {features} dimensions with "
+        f"sign margin {margin}; lower the margin"
+    )
 
 
-def generate(task: str, clusters: int, clients_per_cluster: int = 100, features: int = 10,
-             samples_per_client: int = 100, test_fraction: float = 0.5, noise: float = 0.1,
-             spike: float = 16.0, seed: int = 0) -> SyntheticFederation:
+def generate(
+    task: str,
+    clusters: int,
+    clients_per_cluster: int = 100,
+    features: int = 10,
+    samples_per_client: int = 100,
+    test_fraction: float = 0.5,
+    noise: float = 0.1,
+    spike: float = 16.0,
+    seed: int = 0,
+) -> SyntheticFederation:
     """A clustered federation for `task` ('linreg' or 'logreg'), as the module docstring describes.
 
     Clients are ordered by cluster (client i is in cluster i // clients_per_cluster).
@@ -134,13 +149,24 @@ def generate(task: str, clusters: int, clients_per_cluster: int = 100, features:
     n_test = int(round(samples_per_client * test_fraction))
     n_train = samples_per_client - n_test
     if n_train < 2 or n_test < 1:
-        raise FedcondError(f"samples_per_client={samples_per_client} with test_fraction={test_fraction} leaves "
-                           f"{n_train} training and {n_test} test samples per client (need >= 2 and >= 1)")
+        raise FedcondError(
+            f"samples_per_client={samples_per_client} with test_fraction={test_fraction} leaves "
+            f"{n_train} training and {n_test} test samples per client (need >= 2 and >= 1)"
+        )
     if spike <= 1.0 or noise <= 0.0:
         raise FedcondError("spike must exceed 1 (the leading eigenvalue) and noise must be positive")
-    params = dict(task=task, clusters=clusters, clients_per_cluster=clients_per_cluster, features=features,
-                  samples_per_client=samples_per_client, test_fraction=test_fraction, noise=noise, spike=spike,
-                  seed=seed, sign_margin=SIGN_MARGIN)
+    params = dict(
+        task=task,
+        clusters=clusters,
+        clients_per_cluster=clients_per_cluster,
+        features=features,
+        samples_per_client=samples_per_client,
+        test_fraction=test_fraction,
+        noise=noise,
+        spike=spike,
+        seed=seed,
+        sign_margin=SIGN_MARGIN,
+    )
 
     u = cluster_directions(clusters, features, _rng(seed, "directions"))  # [K, D]
     w = _rng(seed, "weights").standard_normal((clusters, features)) / np.sqrt(features)  # [K, D]
@@ -159,6 +185,14 @@ def generate(task: str, clusters: int, clients_per_cluster: int = 100, features:
         p = 1.0 / (1.0 + np.exp(-f / noise))
         y = (noise_rng.random(f.shape) < p).astype(np.float64)
     part = lambda a, s: np.ascontiguousarray(a[:, s])  # noqa: E731
-    return SyntheticFederation(task=task, x_train=part(x, slice(0, n_train)), y_train=part(y, slice(0, n_train)),
-                               x_test=part(x, slice(n_train, None)), y_test=part(y, slice(n_train, None)),
-                               cluster=cluster, directions=u, weights=w, params=params)
+    return SyntheticFederation(
+        task=task,
+        x_train=part(x, slice(0, n_train)),
+        y_train=part(y, slice(0, n_train)),
+        x_test=part(x, slice(n_train, None)),
+        y_test=part(y, slice(n_train, None)),
+        cluster=cluster,
+        directions=u,
+        weights=w,
+        params=params,
+    )

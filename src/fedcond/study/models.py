@@ -96,8 +96,13 @@ class MLP(nn.Module):
 
     def __init__(self, features: int, stat_dim: int, hidden: int):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(features + stat_dim, hidden, dtype=DTYPE), nn.ReLU(),
-                                 nn.Linear(hidden, hidden, dtype=DTYPE), nn.ReLU(), nn.Linear(hidden, 1, dtype=DTYPE))
+        self.net = nn.Sequential(
+            nn.Linear(features + stat_dim, hidden, dtype=DTYPE),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden, dtype=DTYPE),
+            nn.ReLU(),
+            nn.Linear(hidden, 1, dtype=DTYPE),
+        )
 
     def forward(self, x, mu, client, cluster):
         return self.net(torch.cat([x, mu], dim=-1)).squeeze(-1)  # [B]
@@ -147,15 +152,25 @@ def loss_fn(task: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
 
 
 @with_mode
-def train(model: nn.Module, task: str, x: torch.Tensor, y: torch.Tensor, mu: torch.Tensor, cluster: torch.Tensor,
-          config: TrainConfig, seed: int) -> float:
+def train(
+    model: nn.Module,
+    task: str,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    mu: torch.Tensor,
+    cluster: torch.Tensor,
+    config: TrainConfig,
+    seed: int,
+) -> float:
     """Train `model` in place on every client's training split; returns the final full training loss.
 
     x [N, n, D], y [N, n], mu [N, P], cluster [N] (int64).
     """
     n_clients, n = y.shape
     b = min(config.batch_per_client, n)
-    gen = torch.Generator().manual_seed(int(np.random.SeedSequence([0xBA7C, seed]).generate_state(1)[0]))  # purpose: batches
+    gen = torch.Generator().manual_seed(
+        int(np.random.SeedSequence([0xBA7C, seed]).generate_state(1)[0])
+    )  # purpose: batches
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 0.5 * (1 + math.cos(math.pi * t / config.steps)))
     loss_of = loss_fn(task)

@@ -24,8 +24,10 @@ from .synthetic import StudyResult, run_synthetic
 FAMILY = "MCDC"
 
 
-EMNIST_PRESETS = {"paper": EmnistConfig(),
-                  "smoke": EmnistConfig(clients_per_cluster=2, samples_per_client=250, test_samples_per_client=100, epochs=1)}
+EMNIST_PRESETS = {
+    "paper": EmnistConfig(),
+    "smoke": EmnistConfig(clients_per_cluster=2, samples_per_client=250, test_samples_per_client=100, epochs=1),
+}
 SYNTHETIC_PRESETS = {"paper": TrainConfig(), "smoke": TrainConfig(steps=200)}
 PROTOCOL_NAMES = tuple(SYNTHETIC_PRESETS)
 
@@ -56,8 +58,15 @@ class StudyExperiment:
             out.update(clients_per_cluster=100, features=10)
         return out if self.n_c is None else {**out, "n_c": self.n_c}
 
-    def __call__(self, seed: int = 0, protocol: str = "paper", methods: tuple[str, ...] | None = None,
-                 data_dir=None, device: str = "cpu", **overrides) -> dict[str, StudyResult]:
+    def __call__(
+        self,
+        seed: int = 0,
+        protocol: str = "paper",
+        methods: tuple[str, ...] | None = None,
+        data_dir=None,
+        device: str = "cpu",
+        **overrides,
+    ) -> dict[str, StudyResult]:
         """Run it. `overrides` replace fields of the preset's config (e.g. steps=500, epochs=2)."""
         methods = tuple(methods or self.methods)
         config = replace(self.protocol(protocol), **overrides) if overrides else self.protocol(protocol)
@@ -73,21 +82,31 @@ def _build() -> dict[str, StudyExperiment]:
     out = {}
     for task in ("linreg", "logreg"):
         for k in (3, 8):
-            out[f"{FAMILY}/{task}/{k}clusters"] = StudyExperiment(f"{FAMILY}/{task}/{k}clusters", f"synthetic_{task}",
-                                                                  task, k, SYNTHETIC_METHODS)
-    out[f"{FAMILY}/emnist/references"] = StudyExperiment(f"{FAMILY}/emnist/references", "emnist", "emnist", 3,
-                                                         ("global", "cluster", "client"))
+            out[f"{FAMILY}/{task}/{k}clusters"] = StudyExperiment(
+                f"{FAMILY}/{task}/{k}clusters", f"synthetic_{task}", task, k, SYNTHETIC_METHODS
+            )
+    out[f"{FAMILY}/emnist/references"] = StudyExperiment(
+        f"{FAMILY}/emnist/references", "emnist", "emnist", 3, ("global", "cluster", "client")
+    )
     for n_c in (1, 2, 3, 4, 8):
-        out[f"{FAMILY}/emnist/nc={n_c}"] = StudyExperiment(f"{FAMILY}/emnist/nc={n_c}", "emnist", "emnist", 3,
-                                                           ("conditional",), n_c=n_c)
+        out[f"{FAMILY}/emnist/nc={n_c}"] = StudyExperiment(
+            f"{FAMILY}/emnist/nc={n_c}", "emnist", "emnist", 3, ("conditional",), n_c=n_c
+        )
     return out
 
 
 EXPERIMENTS: dict[str, StudyExperiment] = _build()
 
 
-def record(con, experiment: StudyExperiment, results: dict[str, StudyResult], seed: int,
-           protocol: str = "paper", device: str = "cpu", config=None) -> list[int]:
+def record(
+    con,
+    experiment: StudyExperiment,
+    results: dict[str, StudyResult],
+    seed: int,
+    protocol: str = "paper",
+    device: str = "cpu",
+    config=None,
+) -> list[int]:
     """Write every result as one row of the results database (`fedcond.results`); returns the row ids.
     `config`: the configuration actually run, when overrides changed the preset's.
     For regression the `accuracy` columns hold RMSE (lower is better) and `extra.metric` says 'rmse'."""
@@ -96,7 +115,19 @@ def record(con, experiment: StudyExperiment, results: dict[str, StudyResult], se
     from fedcond import results as R
 
     proto = asdict(config if config is not None else experiment.protocol(protocol))
-    return [R.save_run(con, family=experiment.family, dataset=experiment.dataset, scenario=experiment.scenario(),
-                       method=method, seed=seed, protocol=proto, result=r, experiment=experiment.name,
-                       protocol_name=protocol, device=device)
-            for method, r in results.items()]
+    return [
+        R.save_run(
+            con,
+            family=experiment.family,
+            dataset=experiment.dataset,
+            scenario=experiment.scenario(),
+            method=method,
+            seed=seed,
+            protocol=proto,
+            result=r,
+            experiment=experiment.name,
+            protocol_name=protocol,
+            device=device,
+        )
+        for method, r in results.items()
+    ]

@@ -38,8 +38,9 @@ def fix_sign(vectors: np.ndarray | torch.Tensor) -> np.ndarray:
     return v * np.where(pivot < 0, -1.0, 1.0)
 
 
-def leading_eigenvectors(x: np.ndarray | torch.Tensor, n_c: int = DEFAULT_NUM_EIGENVECTORS,
-                         tol: float = 1e-10) -> np.ndarray:
+def leading_eigenvectors(
+    x: np.ndarray | torch.Tensor, n_c: int = DEFAULT_NUM_EIGENVECTORS, tol: float = 1e-10
+) -> np.ndarray:
     """The first n_c eigenvectors [c, D] of the sample covariance of x [n, D], sign-fixed.
 
     Computed by an SVD of the centred data (exact; works for n < D). Directions that do not exist
@@ -57,8 +58,10 @@ def leading_eigenvectors(x: np.ndarray | torch.Tensor, n_c: int = DEFAULT_NUM_EI
     else:
         m = 0
     if m < n_c:
-        warnings.warn(f"eigenvector statistic: only {m} of {n_c} eigenvectors exist (n={n}, D={d}); "
-                      f"padding with zero rows", stacklevel=2)
+        warnings.warn(
+            f"eigenvector statistic: only {m} of {n_c} eigenvectors exist (n={n}, D={d}); padding with zero rows",
+            stacklevel=2,
+        )
     return out
 
 

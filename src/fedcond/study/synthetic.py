@@ -46,14 +46,28 @@ class StudyResult:
 
 
 def _result(method, metric, per_client: np.ndarray, pooled, seconds, steps, hyper, extra) -> StudyResult:
-    return StudyResult(method=method, metric=metric, value=float(per_client.mean()), spread=float(per_client.std()),
-                       pooled=float(pooled), per_client=[float(v) for v in per_client], seconds=float(seconds),
-                       steps=int(steps), hyperparameters=hyper, extra={"metric": metric, **extra})
+    return StudyResult(
+        method=method,
+        metric=metric,
+        value=float(per_client.mean()),
+        spread=float(per_client.std()),
+        pooled=float(pooled),
+        per_client=[float(v) for v in per_client],
+        seconds=float(seconds),
+        steps=int(steps),
+        hyperparameters=hyper,
+        extra={"metric": metric, **extra},
+    )
 
 
-def fit_and_score(fed: SyntheticFederation, methods: tuple[str, ...] = tuple(M.MODELS), n_c: int = 1,
-                  config: M.TrainConfig = M.TrainConfig(), seed: int = 0,
-                  mu: np.ndarray | None = None) -> dict[str, StudyResult]:
+def fit_and_score(
+    fed: SyntheticFederation,
+    methods: tuple[str, ...] = tuple(M.MODELS),
+    n_c: int = 1,
+    config: M.TrainConfig = M.TrainConfig(),
+    seed: int = 0,
+    mu: np.ndarray | None = None,
+) -> dict[str, StudyResult]:
     """Train and evaluate `methods` on `fed`. `mu` [N, P] overrides the eigenvector statistic
     (tests plant their own); by default it is the first n_c eigenvectors of each client's training x."""
     unknown = [m for m in methods if m not in M.MODELS]
@@ -76,9 +90,16 @@ def fit_and_score(fed: SyntheticFederation, methods: tuple[str, ...] = tuple(M.M
         hyper = {**config.as_dict(), "n_c": n_c, "optimizer": "adam", "schedule": "cosine"}
         if name in ("global", "cluster", "client", "conditional_linear"):
             hyper = {k: v for k, v in hyper.items() if k not in ("heads", "hidden")}
-        out[name] = _result(name, metric, per_client, pooled, time.perf_counter() - start, config.steps, hyper,
-                            {"train_loss": train_loss, "statistic_ari": ari,
-                             "parameters": sum(p.numel() for p in model.parameters())})
+        out[name] = _result(
+            name,
+            metric,
+            per_client,
+            pooled,
+            time.perf_counter() - start,
+            config.steps,
+            hyper,
+            {"train_loss": train_loss, "statistic_ari": ari, "parameters": sum(p.numel() for p in model.parameters())},
+        )
     return out
 
 
@@ -86,8 +107,15 @@ BAYES = "bayes"  # the true model's score: not trained, the floor (RMSE) / ceili
 METHODS = (*M.MODELS, BAYES)
 
 
-def run_synthetic(task: str, clusters: int, seed: int = 0, methods: tuple[str, ...] | None = None, n_c: int = 1,
-                  config: M.TrainConfig = M.TrainConfig(), **generator_kw) -> dict[str, StudyResult]:
+def run_synthetic(
+    task: str,
+    clusters: int,
+    seed: int = 0,
+    methods: tuple[str, ...] | None = None,
+    n_c: int = 1,
+    config: M.TrainConfig = M.TrainConfig(),
+    **generator_kw,
+) -> dict[str, StudyResult]:
     """The study's table for one federation: method -> result (RMSE for linreg, accuracy for logreg).
 
     The federation is `generate(task, clusters, seed=seed, **generator_kw)`; `methods` default to the
@@ -125,8 +153,14 @@ def main(seed: int = 0, config: M.TrainConfig = M.TrainConfig(), threads: int | 
             res = run_synthetic(task, clusters, seed=seed, config=config)
             tables[(task, clusters)] = res
             ari = res["cluster"].extra["statistic_ari"]
-            print(format_table(res, f"\n{task}, {clusters} clusters x 100 clients, seed {seed} "
-                                    f"(statistic k-means ARI {ari:.3f}; {time.perf_counter() - t0:.0f} s)"), flush=True)
+            print(
+                format_table(
+                    res,
+                    f"\n{task}, {clusters} clusters x 100 clients, seed {seed} "
+                    f"(statistic k-means ARI {ari:.3f}; {time.perf_counter() - t0:.0f} s)",
+                ),
+                flush=True,
+            )
     print(f"\ntotal {time.perf_counter() - start:.0f} s on {torch.get_num_threads()} thread(s)")
     return tables
 

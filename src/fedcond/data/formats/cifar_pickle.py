@@ -6,6 +6,7 @@ of a 32x32 image, row-major) and ``b"labels"`` / ``b"fine_labels"``. Members are
 read straight from the tar (nothing is extracted), with an unpickler that only
 builds plain containers and numpy arrays.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -19,10 +20,14 @@ from fedcond.errors import FedcondError
 
 # Everything a numpy-array-holding pickle (Python 2 or 3, protocol 2..5) needs, nothing that runs code.
 _ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
     ("_codecs", "encode"),  # how Python 3 writes bytes at protocol 2
 }
 

@@ -3,6 +3,7 @@
 Layout: two zero bytes, a type code, the number of dimensions, one big-endian
 uint32 per dimension, then the values in C order, big-endian.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -34,8 +35,9 @@ def parse_idx(data: bytes, what: str = "IDX data") -> np.ndarray:
     shape = struct.unpack(f">{ndim}I", data[4:header])
     count = int(np.prod(shape, dtype=np.int64))
     if len(data) - header != count * dtype.itemsize:
-        raise FedcondError(f"{what}: IDX payload is {len(data) - header} bytes, shape {shape} needs "
-                           f"{count * dtype.itemsize}")
+        raise FedcondError(
+            f"{what}: IDX payload is {len(data) - header} bytes, shape {shape} needs {count * dtype.itemsize}"
+        )
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=header).reshape(shape)
     return arr.astype(dtype.newbyteorder("="), copy=True)  # own, writable, native-endian
 
@@ -54,8 +56,11 @@ def write_idx(path: str | Path, array: np.ndarray, *, compress: bool | None = No
     code = _CODES.get(array.dtype.newbyteorder("="))
     if code is None:
         raise ValueError(f"IDX cannot hold dtype {array.dtype}")
-    data = (bytes([0, 0, code, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-            + array.astype(_TYPES[code], copy=False).tobytes())
+    data = (
+        bytes([0, 0, code, array.ndim])
+        + struct.pack(f">{array.ndim}I", *array.shape)
+        + array.astype(_TYPES[code], copy=False).tobytes()
+    )
     if compress if compress is not None else str(path).endswith(".gz"):
         data = gzip.compress(data)
     Path(path).write_bytes(data)

@@ -1,4 +1,5 @@
 """Image files in class folders, read with Pillow and resized to a fixed square RGB size."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +13,9 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".t
 
 def list_images(folder: Path) -> list[Path]:
     """Image files directly inside ``folder`` (hidden files skipped), sorted by name for a stable order."""
-    return sorted(p for p in folder.iterdir()
-                  if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES)
+    return sorted(
+        p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
+    )
 
 
 def read_resized(paths: list[Path], size: int) -> np.ndarray:

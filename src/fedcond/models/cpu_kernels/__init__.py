@@ -208,9 +208,16 @@ WINOGRAD_CHANNELS = {(32, 32), (32, 64), (64, 64), (64, 128)}  # (in, out) pairs
 
 def _plain_3x3(conv: torch.nn.Module) -> bool:
     """Conv2d 3x3, stride 1, padding 1 (zeros), no dilation or groups, with bias: what every kernel assumes."""
-    return (isinstance(conv, torch.nn.Conv2d) and conv.kernel_size == (3, 3) and conv.stride == (1, 1)
-            and conv.padding == (1, 1) and conv.dilation == (1, 1) and conv.groups == 1
-            and conv.bias is not None and conv.padding_mode == "zeros")
+    return (
+        isinstance(conv, torch.nn.Conv2d)
+        and conv.kernel_size == (3, 3)
+        and conv.stride == (1, 1)
+        and conv.padding == (1, 1)
+        and conv.dilation == (1, 1)
+        and conv.groups == 1
+        and conv.bias is not None
+        and conv.padding_mode == "zeros"
+    )
 
 
 def winograd_fits(conv: torch.nn.Module) -> bool:
@@ -250,15 +257,27 @@ GROUP_NORM_CHANNELS = {32, 64, 128}  # channel counts compiled in kernels.cpp
 def group_norm_pool_on(norm: torch.nn.Module) -> bool:
     """Whether a GroupNorm followed by MaxPool 2 and ReLU runs as one kernel: an affine GroupNorm of
     32, 64 or 128 channels, with the kernel enabled."""
-    return (isinstance(norm, torch.nn.GroupNorm) and norm.affine and norm.num_channels in GROUP_NORM_CHANNELS
-            and enabled("gn_pool_relu"))
+    return (
+        isinstance(norm, torch.nn.GroupNorm)
+        and norm.affine
+        and norm.num_channels in GROUP_NORM_CHANNELS
+        and enabled("gn_pool_relu")
+    )
 
 
 def usable(x: torch.Tensor, *params: torch.Tensor) -> bool:
     """The kernels run on CPU float32 tensors (x with even sides, and the layer's parameters)
     outside torch.func transforms, in a process where they are built (a model switched on
     elsewhere and unpickled here falls back to the stock layers)."""
-    plain = lambda t: (t.device.type == "cpu" and t.dtype == torch.float32  # noqa: E731
-                       and not torch._C._functorch.is_functorch_wrapped_tensor(t))
-    return (_ext is not None and plain(x) and x.dim() == 4 and x.shape[2] % 2 == 0 and x.shape[3] % 2 == 0
-            and x.shape[2] * x.shape[3] > 0 and all(plain(p) for p in params))
+    plain = lambda t: (  # noqa: E731
+        t.device.type == "cpu" and t.dtype == torch.float32 and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    )
+    return (
+        _ext is not None
+        and plain(x)
+        and x.dim() == 4
+        and x.shape[2] % 2 == 0
+        and x.shape[3] % 2 == 0
+        and x.shape[2] * x.shape[3] > 0
+        and all(plain(p) for p in params)
+    )

@@ -30,9 +30,18 @@ import torch
 SOURCE = Path(__file__).with_name("kernels.cpp")
 CACHE_ENV = "FEDCOND_KERNEL_CACHE"
 COMMON_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=fast"]
-_BASELINE = {"x86_64": ["-march=x86-64"], "AMD64": ["-march=x86-64"], "aarch64": ["-march=armv8-a"], "arm64": ["-march=armv8-a"]}
+_BASELINE = {
+    "x86_64": ["-march=x86-64"],
+    "AMD64": ["-march=x86-64"],
+    "aarch64": ["-march=armv8-a"],
+    "arm64": ["-march=armv8-a"],
+}
 # portable: the architecture's baseline, named explicitly (a compiler may default to more, e.g. x86-64-v3)
-VARIANTS = {"native": ["-march=native"], "avx2": ["-march=x86-64-v3"], "portable": _BASELINE.get(platform.machine(), [])}
+VARIANTS = {
+    "native": ["-march=native"],
+    "avx2": ["-march=x86-64-v3"],
+    "portable": _BASELINE.get(platform.machine(), []),
+}
 
 
 class BuildError(RuntimeError):
@@ -126,8 +135,9 @@ def compile_variant(variant: str) -> Path:
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
             os.close(fd)
             try:
-                proc = subprocess.run([cxx, *COMMON_FLAGS, *VARIANTS[variant], str(SOURCE), "-o", tmp],
-                                      capture_output=True, text=True)
+                proc = subprocess.run(
+                    [cxx, *COMMON_FLAGS, *VARIANTS[variant], str(SOURCE), "-o", tmp], capture_output=True, text=True
+                )
                 if proc.returncode != 0:
                     first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
                     raise BuildError(f"{cxx} failed for the {variant} variant: {first}")
@@ -217,8 +227,10 @@ class Kernels:
         B, H, W = xp.shape[0], xp.shape[1] - 2, xp.shape[2] - 2
         _check(H % 2 == 0 and W % 2 == 0, "first block: even sides")
         w, b = w.contiguous(), b.contiguous()
-        _check(w.shape == (32, 1, 3, 3) and b.shape == (32,) and _plain(w) and _plain(b),
-               "w: [32, 1, 3, 3]; b: [32] (float, CPU)")
+        _check(
+            w.shape == (32, 1, 3, 3) and b.shape == (32,) and _plain(w) and _plain(b),
+            "w: [32, 1, 3, 3]; b: [32] (float, CPU)",
+        )
         out = _f32(B, H // 2, W // 2, 32)
         idx = torch.empty(B, H // 2, W // 2, 32, dtype=torch.uint8)
         self._lib.fedcond_first_block_fwd(_ptr(xp), _ptr(w), _ptr(b), _ptr(out), _ptr(idx), B, H, W)
@@ -252,8 +264,13 @@ class Kernels:
 
     def conv_pool_fwd(self, x, w, b):
         _check(x.dim() == 4 and _plain(x) and x.shape[3] == 32, "x: contiguous float NHWC with 32 channels on the CPU")
-        _check(w.shape == (64, 32, 3, 3) and b.shape == (64,) and w.device.type == b.device.type == "cpu"
-               and w.dtype == b.dtype == torch.float32, "CPU tensors; w: [64, 32, 3, 3]; b: [64]")
+        _check(
+            w.shape == (64, 32, 3, 3)
+            and b.shape == (64,)
+            and w.device.type == b.device.type == "cpu"
+            and w.dtype == b.dtype == torch.float32,
+            "CPU tensors; w: [64, 32, 3, 3]; b: [64]",
+        )
         B, H, W, _ = x.shape
         _check(H % 2 == 0 and W % 2 == 0, "even sides")
         w, b = w.contiguous(), b.contiguous()
@@ -274,10 +291,18 @@ class Kernels:
         return gin, gw, gb
 
     def _conv_args(self, x, w):
-        _check(x.dim() == 4 and _plain(x) and x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0,
-               "x: contiguous float NHWC on the CPU, even sides")
-        _check(w.dim() == 4 and w.shape[1] == x.shape[3] and w.shape[2:] == (3, 3) and w.device.type == "cpu"
-               and w.dtype == torch.float32, "w: [CO, CI, 3, 3] float on the CPU")
+        _check(
+            x.dim() == 4 and _plain(x) and x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0,
+            "x: contiguous float NHWC on the CPU, even sides",
+        )
+        _check(
+            w.dim() == 4
+            and w.shape[1] == x.shape[3]
+            and w.shape[2:] == (3, 3)
+            and w.device.type == "cpu"
+            and w.dtype == torch.float32,
+            "w: [CO, CI, 3, 3] float on the CPU",
+        )
         return (*x.shape, w.shape[0]), w.contiguous()
 
     def winograd_conv_fwd(self, x, w, b):
@@ -298,11 +323,15 @@ class Kernels:
         return gin, gw, gb
 
     def _gn_args(self, x, gamma, groups):
-        _check(x.dim() == 4 and _plain(x) and x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0
-               and x.shape[1] * x.shape[2] > 0, "x: contiguous float NHWC on the CPU, even sides, not empty")
+        _check(
+            x.dim() == 4 and _plain(x) and x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0 and x.shape[1] * x.shape[2] > 0,
+            "x: contiguous float NHWC on the CPU, even sides, not empty",
+        )
         C = x.shape[3]
-        _check(gamma.shape == (C,) and gamma.device.type == "cpu" and gamma.dtype == torch.float32,
-               "gamma: float [C] on the CPU")
+        _check(
+            gamma.shape == (C,) and gamma.device.type == "cpu" and gamma.dtype == torch.float32,
+            "gamma: float [C] on the CPU",
+        )
         _check(groups > 0 and C % groups == 0, f"GroupNorm: {C} channels do not split into {groups} groups")
         return x.shape, gamma.contiguous()
 
@@ -313,8 +342,21 @@ class Kernels:
         out = _f32(B, H // 2, W // 2, C)
         idx = torch.empty(B, H // 2, W // 2, C, dtype=torch.uint8)
         mean, rstd = _f32(B, groups), _f32(B, groups)
-        rc = self._lib.fedcond_gn_pool_relu_fwd(_ptr(x), _ptr(gamma), _ptr(beta), _ptr(out), _ptr(idx), _ptr(mean),
-                                                _ptr(rstd), B, H, W, C, groups, float(eps))
+        rc = self._lib.fedcond_gn_pool_relu_fwd(
+            _ptr(x),
+            _ptr(gamma),
+            _ptr(beta),
+            _ptr(out),
+            _ptr(idx),
+            _ptr(mean),
+            _ptr(rstd),
+            B,
+            H,
+            W,
+            C,
+            groups,
+            float(eps),
+        )
         _check(rc == 0, f"GroupNorm-pool-ReLU: no kernel for {C} channels")
         return out, idx, mean, rstd
 
@@ -325,8 +367,22 @@ class Kernels:
         _check(idx.shape == g.shape and _plain_idx(idx), "idx: uint8 [B, H/2, W/2, C] on the CPU")
         _check(mean.shape == rstd.shape == (B, groups) and _plain(mean) and _plain(rstd), "mean, rstd: float [B, G]")
         gin, ggamma, gbeta = torch.empty_like(x), _f32(C), _f32(C)
-        rc = self._lib.fedcond_gn_pool_relu_bwd(_ptr(x), _ptr(gamma), _ptr(g), _ptr(idx), _ptr(mean), _ptr(rstd),
-                                                _ptr(gin), _ptr(ggamma), _ptr(gbeta), B, H, W, C, groups)
+        rc = self._lib.fedcond_gn_pool_relu_bwd(
+            _ptr(x),
+            _ptr(gamma),
+            _ptr(g),
+            _ptr(idx),
+            _ptr(mean),
+            _ptr(rstd),
+            _ptr(gin),
+            _ptr(ggamma),
+            _ptr(gbeta),
+            B,
+            H,
+            W,
+            C,
+            groups,
+        )
         _check(rc == 0, f"GroupNorm-pool-ReLU: no kernel for {C} channels")
         return gin, ggamma, gbeta
 

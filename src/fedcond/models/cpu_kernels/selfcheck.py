@@ -71,38 +71,50 @@ def _cases(batch: int) -> dict[str, tuple[Callable[[], None], ...]]:
     cases["first_block"] = (
         lambda: run(lambda: FirstBlock.apply(x1, w1, b1), (w1, b1), g1),
         lambda: run(lambda: F.relu(F.max_pool2d(F.conv2d(x1, w1, b1, padding=1), 2), inplace=True), (w1, b1), g1),
-        lambda: run(lambda: PoolReLU.apply(F.conv2d(x1, w1, b1, padding=1)), (w1, b1), g1))  # without it: conv + pool kernel
+        lambda: run(lambda: PoolReLU.apply(F.conv2d(x1, w1, b1, padding=1)), (w1, b1), g1),
+    )  # without it: conv + pool kernel
     x2, w2, b2 = rand(batch, 32, 14, 14, grad=True), rand(64, 32, 3, 3, grad=True), rand(64, grad=True)
     g2 = torch.randn(batch, 64 * 49, generator=gen)
     cases["conv_pool"] = (
         lambda: run(lambda: ConvPoolReLU.apply(x2, w2, b2).flatten(1), (x2, w2, b2), g2),
-        lambda: run(lambda: F.relu(F.max_pool2d(F.conv2d(x2, w2, b2, padding=1), 2), inplace=True).flatten(1),
-                    (x2, w2, b2), g2),
-        lambda: run(lambda: PoolReLU.apply(WinogradConv.apply(x2, w2, b2)).flatten(1), (x2, w2, b2), g2))
-    pools = [(rand(batch, c, s, s, grad=True), torch.randn(batch, c * s * s // 4, generator=gen))
-             for c, s in ((32, 28), (64, 14))]
+        lambda: run(
+            lambda: F.relu(F.max_pool2d(F.conv2d(x2, w2, b2, padding=1), 2), inplace=True).flatten(1), (x2, w2, b2), g2
+        ),
+        lambda: run(lambda: PoolReLU.apply(WinogradConv.apply(x2, w2, b2)).flatten(1), (x2, w2, b2), g2),
+    )
+    pools = [
+        (rand(batch, c, s, s, grad=True), torch.randn(batch, c * s * s // 4, generator=gen))
+        for c, s in ((32, 28), (64, 14))
+    ]
 
     def pool(fn):
         for x, g in pools:
             run(lambda: fn(x).flatten(1), (x,), g)
 
-    cases["pool_relu"] = (lambda: pool(PoolReLU.apply),
-                          lambda: pool(lambda x: F.relu(F.max_pool2d(x, 2), inplace=True)))
+    cases["pool_relu"] = (
+        lambda: pool(PoolReLU.apply),
+        lambda: pool(lambda x: F.relu(F.max_pool2d(x, 2), inplace=True)),
+    )
     for cin, cout, side in ((32, 32, 32), (32, 64, 16), (64, 64, 16), (64, 128, 14)):
         x, w, b = rand(batch, cin, side, side, grad=True), rand(cout, cin, 3, 3, grad=True), rand(cout, grad=True)
         g = rand(batch, cout, side, side)
         cases[f"winograd_{cin}_{cout}"] = (
             lambda x=x, w=w, b=b, g=g: run(lambda: WinogradConv.apply(x, w, b), (x, w, b), g),
-            lambda x=x, w=w, b=b, g=g: run(lambda: F.conv2d(x, w, b, padding=1), (x, w, b), g))
-    norms = [(rand(batch, c, s, s, grad=True), rand(c, grad=True), rand(c, grad=True), rand(batch, c, s // 2, s // 2))
-             for c, s in ((32, 56), (64, 28), (128, 14))]
+            lambda x=x, w=w, b=b, g=g: run(lambda: F.conv2d(x, w, b, padding=1), (x, w, b), g),
+        )
+    norms = [
+        (rand(batch, c, s, s, grad=True), rand(c, grad=True), rand(c, grad=True), rand(batch, c, s // 2, s // 2))
+        for c, s in ((32, 56), (64, 28), (128, 14))
+    ]
 
     def norm_pool(fn):
         for x, w, b, g in norms:
             run(lambda: fn(x, w, b), (x, w, b), g)
 
-    cases["gn_pool_relu"] = (lambda: norm_pool(lambda x, w, b: GroupNormPoolReLU.apply(x, w, b, 8, 1e-5)),
-                             lambda: norm_pool(lambda x, w, b: F.relu(F.max_pool2d(F.group_norm(x, 8, w, b), 2))))
+    cases["gn_pool_relu"] = (
+        lambda: norm_pool(lambda x, w, b: GroupNormPoolReLU.apply(x, w, b, 8, 1e-5)),
+        lambda: norm_pool(lambda x, w, b: F.relu(F.max_pool2d(F.group_norm(x, 8, w, b), 2))),
+    )
     assert list(cases) == list(KERNELS)
     return cases
 
@@ -146,6 +158,7 @@ def decide(timings: dict[str, dict[str, float]]) -> dict[str, bool]:
     """A kernel is on where it was measured at least 3% faster than the stock layers and, for a
     fused block kernel, than the path that runs without it (its component kernels, where those are
     on); a kernel not measured is off."""
+
     def faster(name: str, baseline: float) -> bool:
         return timings[name]["kernel_ms"] <= MARGIN * baseline
 
@@ -165,10 +178,18 @@ def record_key(library: Path) -> dict:
     from .build import cpu_flags, cpu_model
 
     flags = hashlib.sha1(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
-    return {"library": library.name, "cpu": cpu_model(), "cpu_flags": flags, "torch": torch.__version__,
-            "batch": BATCH, "kernels": sorted(KERNELS), "statistic": "fastest",  # records of medians: measure again
-            # torch's dispatch level and oneDNN's cap can be lowered by the user
-            "torch_isa": torch.backends.cpu.get_cpu_capability(), "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "")}
+    return {
+        "library": library.name,
+        "cpu": cpu_model(),
+        "cpu_flags": flags,
+        "torch": torch.__version__,
+        "batch": BATCH,
+        "kernels": sorted(KERNELS),
+        "statistic": "fastest",  # records of medians: measure again
+        # torch's dispatch level and oneDNN's cap can be lowered by the user
+        "torch_isa": torch.backends.cpu.get_cpu_capability(),
+        "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+    }
 
 
 def record_path(library: Path, key: dict | None = None) -> Path:
