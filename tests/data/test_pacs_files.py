@@ -29,8 +29,8 @@ def test_domains_subset_in_order(tmp_path):
 
 def test_one_damaged_file_fails_the_whole_load(tmp_path):
     _write(tmp_path)
-    side = container.sidecar_path(tmp_path / "pacs_cartoon.npz.xz")
-    side.write_text("f" * 64 + "\n")
+    with open(tmp_path / "pacs_cartoon.npz.xz", "ab") as f:  # damaged after it was written and recorded
+        f.write(b"\0")
     with pytest.raises(ChecksumMismatch, match="pacs_cartoon.npz.xz.*shared datasets folder"):
         fd.load("pacs", tmp_path)
     assert fd.load("pacs", tmp_path, domains=("photo",)).x.shape == (3, 5, 5, 3)
