@@ -21,16 +21,23 @@ def scenario_spec(args, default_k: int) -> ScenarioSpec:
     k = args.k
     if k is None and args.groups and "|" in args.groups and args.family.lower() == "e1":  # E1: one cluster per group
         k = args.groups.count("|") + 1
+    from ..scenarios.families import STANDARD
+
+    no_default_k = args.family.lower() in ("domain", *STANDARD)  # domain: one cluster per domain
     return ScenarioSpec(
         family=args.family,
         dataset=args.dataset,
-        k=k if k is not None or args.family.lower() == "domain" else default_k,  # domain: one cluster per domain
+        k=k if k is not None or no_default_k else default_k,
         clients_per_cluster=args.clients_per_cluster,
         clients=args.clients,
         rotations=args.rotations,
         seed=args.seed,
         data_dir=args.data_dir,
         groups=args.groups,
+        alpha=args.alpha,
+        shards=args.shards,
+        sigma=args.sigma,
+        samples=args.samples,
     )
 
 
