@@ -237,3 +237,19 @@ def test_report_has_a_section_per_standard_family(tmp_path):
     section = text.split("### Standard partition: Dirichlet label skew (dirichlet)")[1].split("###")[0]
     assert "dirichlet/mnist/alpha=0.3/clients=100" in section and "95.0" in section and "91.0" in section
     assert "dirichlet/" not in text.split("### Experiments without a published table")[1].split("###")[0]
+
+
+def test_run_refuses_oracle_up_front_and_a_sweep_leaves_it_out(capsys, tmp_path):
+    from fedcond.cli import main
+    from fedcond.experiments import select
+    from fedcond.sweep import plan, skipped_for_truth
+
+    argv = ["run", "--scenario", "dirichlet", "--clients", "10", "--methods", "FedAvg,Oracle", "--db", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Oracle needs the true clusters, and a dirichlet federation has none" in err
+    exps = select("dirichlet/mnist/alpha=0.3/clients=100,pathological/mnist/k=2/clients=100")
+    cells = plan(exps, "FedAvg,Oracle", [0], "smoke")
+    assert {(c.experiment.family, c.method) for c in cells} == {
+        ("dirichlet", "FedAvg"), ("pathological", "FedAvg"), ("pathological", "Oracle")}
+    assert skipped_for_truth(exps, "FedAvg,Oracle") == [("dirichlet/mnist/alpha=0.3/clients=100", "Oracle")]

@@ -281,6 +281,12 @@ def _add_run_command(sub) -> None:
         "all = the paper's eight; registry = every registered "
         "algorithm; default: the paper's eight and Conditional-FedAvg",
     )
+    run.add_argument(
+        "--protocol",
+        choices=list(PROTOCOLS),
+        help="the preset the options below change: paper (default; an experiment's own), jdfl, smoke "
+        "(1 epoch on 5%% of the data) or short",
+    )
     _add_protocol_args(run)
     run.add_argument("--workers", type=_positive_int, help="processes, one thread each (default: min(2, cores))")
     run.add_argument(
@@ -572,7 +578,7 @@ def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True, on_ray: bool 
 def _sweep(args) -> int:
     from .experiments import PROTOCOL_OPTIONS, SCENARIO_OPTIONS, select, variant_name
     from .experiments import protocol as protocol_of
-    from .sweep import plan, run_sweep
+    from .sweep import plan, run_sweep, skipped_for_truth
 
     seeds = args.seeds  # a list (_seed_list)
     changes = {k: getattr(args, k) for k in PROTOCOL_OPTIONS + SCENARIO_OPTIONS if getattr(args, k) is not None}
@@ -586,6 +592,10 @@ def _sweep(args) -> int:
     cells = plan(
         experiments, args.methods, seeds, args.protocol, changes
     )  # checks every option against every experiment
+    skipped = skipped_for_truth(experiments, args.methods)
+    if skipped:
+        pairs = "; ".join(f"{m} on {e}" for e, m in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
+        print(f"fedcond: {len(skipped)} pair(s) left out (no true clusters in the scenario): {pairs}", file=sys.stderr)
     if args.dry_run:
         # --ray sweeps and --checkpoint-every 0 start every cell afresh
         return _sweep_dry_run(

@@ -247,3 +247,5 @@ FAMILIES: dict[str, Callable] = {
 }
 # Families whose clients are counted in total (--clients), with the per-family parameters they take.
 STANDARD = ("dirichlet", "pathological", "shards", "quantity")
+# Families whose clients have no true clusters (GroundTruth.known is False): no Oracle, no ARI.
+CLUSTERLESS = ("dirichlet", "shards")
