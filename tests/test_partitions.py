@@ -253,3 +253,16 @@ def test_run_refuses_oracle_up_front_and_a_sweep_leaves_it_out(capsys, tmp_path)
     assert {(c.experiment.family, c.method) for c in cells} == {
         ("dirichlet", "FedAvg"), ("pathological", "FedAvg"), ("pathological", "Oracle")}
     assert skipped_for_truth(exps, "FedAvg,Oracle") == [("dirichlet/mnist/alpha=0.3/clients=100", "Oracle")]
+
+
+@pytest.mark.slow
+def test_conditional_fedavg_with_class_means_trains_on_a_dirichlet_federation(capsys, tmp_path):
+    from fedcond.cli import main
+
+    argv = ["run", "--scenario", "dirichlet", "--alpha", "0.3", "--clients", "10", "--methods", "FedAvg,Conditional-FedAvg",
+            "--statistic", "class_means", "--epochs", "1", "--db", str(tmp_path / "r.sqlite"), "--json", "--no-progress"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert [r["method"] for r in rows] == ["FedAvg", "Conditional-FedAvg"]
+    assert all(r["status"] == "ok" and "cluster_accuracy" not in r["extra"] for r in rows)
+    assert rows[0]["scenario"]["alpha"] == 0.3 and rows[0]["family"] == "dirichlet"
