@@ -52,8 +52,9 @@ def check_supported(precision: str, device: str = "cpu") -> str:
         raise FedcondError(f"precision {precision} is implemented for the CPU engines only, not on {device}")
     if not cpu_has_bf16() and os.environ.get(FORCE_ENV, "").strip().lower() not in ("1", "yes", "true", "on"):
         raise FedcondError(
-            "precision bf16 asked for, but this CPU has neither avx512_bf16 nor AMX (torch would emulate "
-            f"bf16, slower than fp32); use precision fp32, or set {FORCE_ENV}=1 to run it anyway"
+            "precision bf16 asked for, but torch here has neither avx512_bf16 nor AMX (not on this CPU, or "
+            "capped below them by ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA) and would emulate bf16, slower "
+            f"than fp32; use precision fp32, or set {FORCE_ENV}=1 to run it anyway"
         )
     return precision
 
