@@ -65,6 +65,7 @@ PROTOCOL_OPTIONS = {
     "--statistic": _text("eigenvalues", "class_means", "random"),
     "--eval-every": _int(0, 10_000, 2),
     "--holdout-clients": _int(0, 100_000, 2),
+    "--precision": _text("fp32", "bf16"),
 }
 RUN_OPTIONS = {
     **PROTOCOL_OPTIONS,

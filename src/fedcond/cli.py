@@ -150,6 +150,12 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
         "stored with the row (default 0: after the last round only)",
     )
     p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        help="local SGD arithmetic: fp32 (default, the paper's) or bf16 (autocast, fp32 master weights; changes "
+        "the numbers, so a cell of its own; needs a CPU with avx512_bf16 or AMX, FEDCOND_FORCE_BF16=1 overrides)",
+    )
+    p.add_argument(
         "--holdout-clients",
         type=int,
         help="per cluster, clients kept out of training and evaluated as "
@@ -628,6 +634,11 @@ def _sweep(args) -> int:
     if skipped:
         pairs = "; ".join(f"{m} on {e}" for e, m in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
         print(f"fedcond: {len(skipped)} pair(s) left out (no true clusters in the scenario): {pairs}", file=sys.stderr)
+    if not args.dry_run and args.ray is None:  # refused here, in one line, before any cell starts
+        from .engine.precision import check_supported
+
+        for name in dict.fromkeys(c.protocol_name for c in cells):
+            check_supported(protocol_of(name)[0].precision)
     if args.dry_run:
         # --ray sweeps and --checkpoint-every 0 start every cell afresh
         return _sweep_dry_run(

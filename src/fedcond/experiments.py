@@ -87,6 +87,7 @@ PROTOCOL_OPTIONS = (
     "statistic",
     "holdout_clients",
     "eval_every",
+    "precision",
 )
 SCENARIO_OPTIONS = ("groups",)
 

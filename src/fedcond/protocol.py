@@ -33,6 +33,7 @@ class Protocol:
     eval_every: int = (
         0  # evaluate every this many rounds (and after the last): the curve, best-round accuracy; 0: final only
     )
+    precision: str = "fp32"  # local SGD arithmetic: fp32 (paper) | bf16 (autocast, fp32 weights; engine/precision.py)
 
     @property
     def rounds(self) -> int:
@@ -50,9 +51,11 @@ class Protocol:
             raise FedcondError(f"eval_every must be >= 0, got {self.eval_every}")
         if self.holdout_clients < 0:
             raise FedcondError(f"holdout_clients must be >= 0, got {self.holdout_clients}")
+        from .engine.precision import check_name
         from .stats import check_statistic
 
         check_statistic(self.statistic)
+        check_name(self.precision)
         return self
 
     def replace(self, **changes) -> "Protocol":

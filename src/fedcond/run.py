@@ -142,7 +142,7 @@ def _run_in_process(
     """One method after another in this process; their clients spread over `workers` (the engine's pool)."""
     torch.set_num_threads(1)
     scenario = scenario if scenario is not None else spec.build()
-    engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers, device)
+    engine = make_engine(SGDConfig.of(protocol), workers, device)
     try:
         for m in methods:
             ckpt = checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every)

@@ -106,7 +106,7 @@ def make_context(
             if alg.conditioned
             else None
         ),
-        engine=engine or make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size)),
+        engine=engine or make_engine(SGDConfig.of(protocol)),
         seed=seed,
         local_epochs=protocol.local_epochs if alg.federated else 1,
         rounds=protocol.rounds if alg.federated else protocol.epochs,

@@ -73,7 +73,7 @@ def test_a_jobs_optimiser_crosses_the_wire_whole():
     from fedcond.engine import Job, SGDConfig
     from fedcond.flower.wire import decode_jobs, encode_jobs
 
-    sgd = SGDConfig(lr=0.02, momentum=0.5, batch_size=16, weight_decay=1e-4, max_grad_norm=10.0)
+    sgd = SGDConfig(lr=0.02, momentum=0.5, batch_size=16, weight_decay=1e-4, max_grad_norm=10.0, precision="bf16")
     params = {"w": torch.ones(2)}
     job = Job(params=params, x=torch.zeros(0), y=torch.zeros(0), s=None, epochs=1, seed=(0,), sgd=sgd)
     decoded = decode_jobs(encode_jobs([job], "{}"), {})

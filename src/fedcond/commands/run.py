@@ -67,7 +67,11 @@ def run_command(args) -> int:
         statistic=args.statistic,
         holdout_clients=args.holdout_clients,
         eval_every=args.eval_every,
+        precision=args.precision,
     )
+    from ..engine.precision import check_supported
+
+    check_supported(protocol.precision, args.device.split(":")[0])  # bf16: CPUs that have it
     protocol_name = None
     if experiment:
         from ..experiments import PROTOCOL_OPTIONS, SCENARIO_OPTIONS, cell_changes, variant_name

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import denormals
+from . import denormals, precision
 from .memory import keep_freed_memory
 
 Params = dict[str, torch.Tensor]  # a model's state_dict: parameters and buffers
@@ -32,6 +32,12 @@ class SGDConfig:
     batch_size: int = 64
     weight_decay: float = 0.0
     max_grad_norm: float | None = None  # clip each step's whole gradient (regulariser terms included) to this norm
+    precision: str = "fp32"  # fp32 | bf16: each step's forward under bf16 autocast, fp32 master weights (precision.py)
+
+    @classmethod
+    def of(cls, protocol) -> "SGDConfig":
+        """The optimiser a training protocol (protocol.Protocol) names: lr, momentum, batch size, precision."""
+        return cls(protocol.lr, protocol.momentum, protocol.batch_size, precision=protocol.precision)
 
 
 @dataclass
@@ -124,6 +130,7 @@ class LoopEngine:
     name = "loop"
 
     def __init__(self, sgd: SGDConfig = SGDConfig()):
+        precision.check_supported(sgd.precision)
         self.sgd = sgd
         self._models: dict = {}
         keep_freed_memory()
@@ -162,6 +169,7 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
             opt.state[p]["momentum_buffer"] = job.momentum[name].clone()
     x_all = channels_last(job.x)
     batches = batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed)
+    arithmetic = precision.autocast(sgd.precision)  # fp32: nothing; bf16: the forward under autocast
     losses, epoch_losses, per_epoch = (
         [],
         [],
@@ -171,7 +179,8 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
         idx_t = torch.from_numpy(idx)
         xb, yb = x_all[idx_t], job.y[idx_t]
         sb = None if job.s is None else job.s[idx_t]
-        loss = job.loss_fn(model, xb, sb, yb) if job.loss_fn is not None else F.cross_entropy(model(xb, sb), yb)
+        with arithmetic:  # the backward follows the forward's dtypes; gradients land in the fp32 parameters
+            loss = job.loss_fn(model, xb, sb, yb) if job.loss_fn is not None else F.cross_entropy(model(xb, sb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if job.regulariser is not None:

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
+from . import precision
 from .local_sgd import Job, JobResult, LoopEngine, SGDConfig, batch_order, clone_params
 
 
@@ -33,6 +34,7 @@ class VmapEngine:
     name = "vmap"
 
     def __init__(self, sgd: SGDConfig = SGDConfig(), device: str = "cpu", chunk: int = 256):
+        precision.check_supported(sgd.precision, torch.device(device).type)  # bf16: the CPU engines only
         self.sgd, self.device, self.chunk = sgd, torch.device(device), chunk
         self._loop = LoopEngine(sgd)
         self._models: dict = {}

@@ -205,7 +205,7 @@ def train(msg: Message, context: Context) -> Message:
     s = _stats(context).expand(me.n_train, -1) if spec.conditioned else None  # [n, L]
     jobs = decode_jobs(msg.content, _held(context))
     slots = [j.pop("held_slot") for j in jobs]
-    sgd = SGDConfig(run.protocol.lr, run.protocol.momentum, run.protocol.batch_size)
+    sgd = SGDConfig.of(run.protocol)
     built = [Job(x=me.x_train, y=me.y_train, s=s, **j) for j in jobs]
     if run.dp is not None:
         from .dp import train_private

@@ -331,7 +331,7 @@ def server_context(
     if conditioned:
         secure_normalisation(exchange, list(range(run.clients)), stat_dim, run.normalisation, log)
     plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
-    engine = FlowerEngine(exchange, SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), run.min_replies)
+    engine = FlowerEngine(exchange, SGDConfig.of(protocol), run.min_replies)
     return ServerContext(
         federation=fed,
         plain_model=plain,

@@ -75,7 +75,14 @@ def encode_jobs(jobs: list[Job], spec_json: str, kind: str = "train", **extra) -
                 "keep_momentum": job.keep_momentum,
                 "sgd": None
                 if job.sgd is None
-                else [job.sgd.lr, job.sgd.momentum, job.sgd.batch_size, job.sgd.weight_decay, job.sgd.max_grad_norm],
+                else [
+                    job.sgd.lr,
+                    job.sgd.momentum,
+                    job.sgd.batch_size,
+                    job.sgd.weight_decay,
+                    job.sgd.max_grad_norm,
+                    job.sgd.precision,
+                ],
                 "reg": None
                 if reg is None
                 else {"mu": reg.mu, "anchor": blobs.ref(reg.anchor), "linear": blobs.ref(reg.linear)},

@@ -38,7 +38,7 @@ def run_cells(scenario, names: list[str], protocol, seed: int, workers: int = 1)
     cells = [(n, *parse(n)) for n in names]
     truth = scenario.truth.cluster
     true_m = scenario.truth.num_clusters
-    engine = make_engine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size), workers)
+    engine = make_engine(SGDConfig.of(protocol), workers)
     try:
         ctx = make_context(scenario, FedAvg(), protocol, seed, engine=engine)
         with torch.random.fork_rng(devices=[]):
