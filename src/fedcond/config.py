@@ -144,6 +144,7 @@ _PROTOCOL_OPTIONS = (
     "statistic",
     "holdout_clients",
     "eval_every",
+    "precision",
 )
 
 
