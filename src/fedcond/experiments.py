@@ -78,6 +78,7 @@ PROTOCOL_OPTIONS = (
     "statistic",
     "holdout_clients",
     "eval_every",
+    "model",
 )
 SCENARIO_OPTIONS = ("groups",)
 

@@ -33,6 +33,7 @@ class Protocol:
     eval_every: int = (
         0  # evaluate every this many rounds (and after the last): the curve, best-round accuracy; 0: final only
     )
+    model: str | None = None  # a network by name (models.registry, plug-ins' too); None: the choice by input shape
 
     @property
     def rounds(self) -> int:
@@ -53,7 +54,19 @@ class Protocol:
         from .stats import check_statistic
 
         check_statistic(self.statistic)
+        if self.model is not None:
+            from .models.registry import canonical_model
+
+            object.__setattr__(self, "model", canonical_model(self.model))  # as registered, whatever the case given
         return self
+
+    def as_record(self) -> dict:
+        """The protocol as rows and checkpoints record it; `model` only where one is named, so the
+        record of a run on the default networks is what it was before models had names."""
+        d = dataclasses.asdict(self)
+        if d["model"] is None:
+            del d["model"]
+        return d
 
     def replace(self, **changes) -> "Protocol":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None}).validate()

@@ -10,7 +10,6 @@ starts where possible, else when its row would be the second.
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import sys
 import time
@@ -94,7 +93,7 @@ def _record(con, cell: Cell, spec, proto, res, counts: dict, ran_with: dict | No
             scenario=spec.describe(),
             method=res.method,
             seed=cell.seed,
-            protocol=dataclasses.asdict(proto),
+            protocol=proto.as_record(),
             result=None if error else res,
             experiment=exp.name,
             protocol_name=cell.protocol_name,
@@ -292,6 +291,7 @@ def _run_discovery(con, cells: list[Cell], opts: _Options, counts: dict, log) ->
 
 
 def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, log) -> None:
+    from .plugin_loading import loaded_modules
     from .ray_backend import run_cells_on_ray
 
     tasks, meta = [], []
@@ -299,7 +299,7 @@ def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, l
         spec, proto = c.setup(data_dir)
         tasks.append((spec, c.method, proto, c.seed))
         meta.append((c, spec, proto))
-    for i, res, ran_with in run_cells_on_ray(tasks, address):
+    for i, res, ran_with in run_cells_on_ray(tasks, address, loaded_modules()):
         c, spec, proto = meta[i]
         outcome = _record(con, c, spec, proto, res, counts, ran_with)
         log(f"  {c.experiment.name} {c.method} seed {c.seed} [{c.protocol_name}] (ray): {outcome}")

@@ -59,6 +59,7 @@ def run_command(args) -> int:
         statistic=args.statistic,
         holdout_clients=args.holdout_clients,
         eval_every=args.eval_every,
+        model=args.model,
     )
     protocol_name = None
     if experiment:
@@ -109,7 +110,7 @@ def run_command(args) -> int:
                 scenario=spec.describe(),
                 method=res.method,
                 seed=args.seed,
-                protocol=dataclasses.asdict(protocol),
+                protocol=protocol.as_record(),
                 result=None if error else res,
                 device=args.device,
                 experiment=experiment.name if experiment else None,
