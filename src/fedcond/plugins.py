@@ -62,12 +62,12 @@ def _check_name(kind: str, name: object) -> str:
     return name
 
 
-def _claim(kind: str, registry: dict, name: str, obj: object, taken: dict[str, str]) -> None:
+def _claim(kind: str, registry: dict, name: str, obj: object, taken: dict[str, str], given: str = "") -> None:
     """Put `obj` under `name` unless the name (any case) is taken by something else; the same object
-    again is no change (a module imported twice)."""
+    again is no change (a module imported twice). `given`: the name as the caller spelt it."""
     other = taken.get(name.lower())
     if other is not None and registry.get(other) is not obj:
-        raise FedcondError(f"{kind} '{name}' is already registered (as '{other}'); choose another name")
+        raise FedcondError(f"{kind} '{given or name}' is already registered (as '{other}'); choose another name")
     registry[name] = obj
 
 
@@ -123,7 +123,7 @@ def register_dataset(name: str, loader: Callable | None = None, options: tuple[s
         load_entry_points()
         if key in _ALIASES:
             raise FedcondError(f"dataset '{name}' is already registered (as '{_ALIASES[key]}'); choose another name")
-        _claim("dataset", DATASETS, key, f, {k: k for k in DATASETS})
+        _claim("dataset", DATASETS, key, f, {k: k for k in DATASETS}, given=name)
         if options:
             OPTIONS[key] = tuple(options)
 
