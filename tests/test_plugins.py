@@ -107,7 +107,7 @@ def test_registration_refuses_duplicates_and_wrong_objects_in_one_line(registrie
         (lambda: register_dataset("new", 3), "the loader must be callable"),
         (lambda: register_model("Mnist_CNN", lambda s, k: nn.Linear(1, k)), "already registered (as 'mnist_cnn')"),
         (
-            lambda: register_statistic("Random", dataclasses.replace(STATISTICS["random"], description="mine")),
+            lambda: register_statistic("Random", dataclasses.replace(STATISTICS["random"], compute=print)),
             "statistic 'Random' is already registered (as 'random')",
         ),
         (lambda: register_statistic("mine", lambda: 0), "expected a fedcond.stats.Statistic"),
@@ -169,6 +169,7 @@ def test_a_statistic_registered_by_code_conditions_a_run_on_a_plugin_dataset_and
 
     toy = _toy()
     toy.register()  # dataset, a model that conditions itself, a statistic (the decorator form)
+    toy.register()  # again (by hand and by its entry point): the same objects, no change
     assert STATISTICS["label_freq"].dim(32, 10) == 10
     scenario = ScenarioSpec(family="E1", dataset="toy_blobs", k=2, clients_per_cluster=2).build()
     protocol = Protocol(epochs=2, statistic="label_freq", model="toy_linear").validate()
@@ -274,10 +275,13 @@ def test_a_run_on_an_entry_point_dataset_model_and_statistic_records_the_plugin(
 
 @pytest.mark.slow
 def test_the_toy_package_installed_by_pip_is_found_by_its_entry_point(tmp_path):
-    site = tmp_path / "site"
-    pip = subprocess.run(
+    import shutil
+
+    site, source = tmp_path / "site", tmp_path / "toy_plugin_pkg"
+    shutil.copytree(TOY_PKG, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    pip = subprocess.run(  # from a copy: a build writes into its source folder
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet",
-         "--target", str(site), str(TOY_PKG)],
+         "--target", str(site), str(source)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     if pip.returncode != 0 and "No module named pip" in pip.stderr:

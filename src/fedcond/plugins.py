@@ -62,13 +62,17 @@ def _check_name(kind: str, name: object) -> str:
     return name
 
 
-def _claim(kind: str, registry: dict, name: str, obj: object, taken: dict[str, str], given: str = "") -> None:
+def _claim(
+    kind: str, registry: dict, name: str, obj: object, taken: dict[str, str], given: str = "", same=None
+) -> None:
     """Put `obj` under `name` unless the name (any case) is taken by something else; the same object
-    again is no change (a module imported twice). `given`: the name as the caller spelt it."""
+    again is no change (a module imported twice, or registered by its entry point and by hand).
+    `given`: the name as the caller spelt it; `same(old, new)`: what counts as the same object."""
     other = taken.get(name.lower())
-    if other is not None and registry.get(other) is not obj:
+    if other is None:
+        registry[name] = obj
+    elif not (same or (lambda a, b: a is b))(registry[other], obj):
         raise FedcondError(f"{kind} '{given or name}' is already registered (as '{other}'); choose another name")
-    registry[name] = obj
 
 
 def _decorator_or_call(register: Callable[[T], None], obj: T | None):
@@ -177,7 +181,8 @@ def register_statistic(
         if not callable(s.dim) or not callable(s.compute):
             raise FedcondError(f"statistic '{name}': dim and compute must be callables")
         load_entry_points()
-        _claim("statistic", STATISTICS, name, s, {k.lower(): k for k in STATISTICS})
+        taken = {k.lower(): k for k in STATISTICS}
+        _claim("statistic", STATISTICS, name, s, taken, same=lambda a, b: a is b or a.compute is b.compute)
 
     if statistic is not None:
         register(statistic)

@@ -79,6 +79,12 @@ def normalize_name(name: str) -> str:
     return key
 
 
+def is_builtin(name: str) -> bool:
+    """Whether `name` (any case, aliases too) is one of fedcond's own datasets, not a plug-in's."""
+    key = str(name).strip().lower().replace("-", "_")
+    return _ALIASES.get(key, key) in BUILTIN_DATASETS
+
+
 def load(name: str, data_dir: str | Path | None = None, **options) -> ImageData | DomainData:
     """Load dataset ``name`` from the data directory (see ``resolve_data_dir``).
 
