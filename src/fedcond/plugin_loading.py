@@ -52,12 +52,14 @@ def import_plugins(modules: Iterable[str]) -> None:
     """Import each `MODULE` (or `MODULE:function`, then called) once; the working directory is
     searched as `python -m` would, so `--plugin my_plugin` finds ./my_plugin.py. Any failure is a
     one-line FedcondError (the CLI's exit 2)."""
+    modules = [str(m).strip() for m in modules]
+    if not modules:
+        return
     cwd = os.getcwd()
     if cwd not in sys.path:  # first, as `python -m` puts it; spawned workers inherit sys.path
         sys.path.insert(0, cwd)
     load_entry_points()  # a --plugin module may build on an installed one
     for target in modules:
-        target = str(target).strip()
         if target in _imported:
             continue
         if not target or target.startswith((".", ":")):
