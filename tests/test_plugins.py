@@ -309,6 +309,19 @@ def test_a_sweep_of_a_plugin_method_skips_its_recorded_cells(tmp_path):
     assert all(json.loads(extra)["plugins"] == [EXAMPLE] for _, _, extra in rows)
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_tasks_import_the_plugin_before_they_resolve_its_method(tmp_path):
+    pytest.importorskip("ray")
+    shared_file("mnist.npz.xz")
+    out = _fedcond("sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "FedAvgM", "--ray", "local",
+                   "--no-progress", "--db", str(tmp_path / "ray.sqlite"), "--data-dir", str(SHARED), "--plugin", EXAMPLE)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"planned": 1, "skipped": 0, "ran": 1, "failed": 0}
+    status, extra = sqlite3.connect(tmp_path / "ray.sqlite").execute("SELECT status, extra FROM runs").fetchone()
+    assert status == "ok" and json.loads(extra)["plugins"] == [EXAMPLE]
+
+
 # ---- (v) a bad plug-in is one line and exit 2 ----------------------------------------------------
 @pytest.mark.parametrize(
     "source, message",

@@ -49,11 +49,11 @@ def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush", 
 
 
 def run_cells_on_ray(
-    tasks: list[tuple], address: str | None, plugins: tuple[str, ...] = ()
+    tasks: list[tuple], address: str | None, plugins: tuple[str, ...] | None = None
 ) -> Iterator[tuple[int, object, dict]]:
     """tasks: (spec, method, protocol, seed) each; yields (task index, MethodResult | Failure, the versions
     where it ran: results.versions() on its node) as they finish. `plugins`: modules each task imports
-    first (the driver's --plugin modules; each node must be able to import them).
+    first (None: the driver's --plugin modules, plugin_loading; each node must be able to import them).
 
     address: "local" starts a private Ray instance on this machine, whatever cluster RAY_ADDRESS or
     a previous `ray start` names; "auto" (that cluster), "host:port" or "ray://host:port" joins one.
@@ -77,8 +77,11 @@ def run_cells_on_ray(
         from .engine import denormals
 
         remote = ray.remote(num_cpus=1)(_cell)
+        from .plugin_loading import loaded_modules
+
         mode = denormals.wanted()  # nodes do not share the driver's environment
-        refs = {remote.remote(*t, mode, tuple(plugins)): i for i, t in enumerate(tasks)}
+        plugins = loaded_modules() if plugins is None else tuple(plugins)
+        refs = {remote.remote(*t, mode, plugins): i for i, t in enumerate(tasks)}
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)

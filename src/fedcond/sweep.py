@@ -291,7 +291,6 @@ def _run_discovery(con, cells: list[Cell], opts: _Options, counts: dict, log) ->
 
 
 def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, log) -> None:
-    from .plugin_loading import loaded_modules
     from .ray_backend import run_cells_on_ray
 
     tasks, meta = [], []
@@ -299,7 +298,7 @@ def _sweep_on_ray(con, todo: list[Cell], data_dir, address: str, counts: dict, l
         spec, proto = c.setup(data_dir)
         tasks.append((spec, c.method, proto, c.seed))
         meta.append((c, spec, proto))
-    for i, res, ran_with in run_cells_on_ray(tasks, address, loaded_modules()):
+    for i, res, ran_with in run_cells_on_ray(tasks, address):
         c, spec, proto = meta[i]
         outcome = _record(con, c, spec, proto, res, counts, ran_with)
         log(f"  {c.experiment.name} {c.method} seed {c.seed} [{c.protocol_name}] (ray): {outcome}")
