@@ -164,6 +164,16 @@ def test_a_model_registered_by_code_is_built_by_name_and_conditioned_by_fedcond(
         ModelSpec((1, 8, 8), 10, model="not_a_net").build()
 
 
+def test_structure_reading_methods_take_a_plugin_network_where_they_can_and_say_so_where_not(registries):
+    from fedcond.jdfl.discovery import layer_names
+
+    fedcond.load_plugins(EXAMPLE)
+    net = ModelSpec((1, 8, 8), 10, model="mlp").build()
+    assert layer_names(net, "A") == ("net.head.weight", "net.head.bias")  # JDFL's head-only subset
+    with pytest.raises(FedcondError, match="layer subset B takes the last conv blocks .* use layers=A"):
+        layer_names(net, "B")
+
+
 def test_a_statistic_registered_by_code_conditions_a_run_on_a_plugin_dataset_and_model(registries):
     from fedcond.simulate import run_method
 
