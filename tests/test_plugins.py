@@ -332,6 +332,14 @@ def test_ray_tasks_import_the_plugin_before_they_resolve_its_method(tmp_path):
     assert status == "ok" and json.loads(extra)["plugins"] == [EXAMPLE]
 
 
+def test_a_sweep_names_a_cell_by_the_model_as_registered(registries, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    for spelling in ("MLP", "mlp"):
+        assert main(["sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "fedavgm", "--model", spelling,
+                     "--plugin", EXAMPLE, "--db", str(tmp_path / "d.sqlite"), "--dry-run"]) == 0
+        assert "todo  E1/mnist/K=2/rich  FedAvgM  seed 0  [smoke[model=mlp]]" in capsys.readouterr().out
+
+
 # ---- (v) a bad plug-in is one line and exit 2 ----------------------------------------------------
 @pytest.mark.parametrize(
     "source, message",

@@ -291,11 +291,16 @@ def _models_help() -> str:
 
 
 def _load_plugin_args(args) -> None:
-    """Import the --plugin modules before any name is read (a failure: one line, exit 2)."""
+    """Import the --plugin modules before any name is read (a failure: one line, exit 2); --model
+    as registered, so that `mlp` and `MLP` name one sweep cell."""
     if getattr(args, "plugin", None):
         from .plugin_loading import import_plugins
 
         import_plugins(args.plugin)
+    if getattr(args, "model", None) is not None:
+        from .models.registry import canonical_model
+
+        args.model = canonical_model(args.model)
 
 
 def _add_experiments_command(sub) -> None:
