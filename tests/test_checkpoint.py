@@ -28,6 +28,15 @@ def scenario():
     return make_scenario("E1", "digits", lambda n: data.load("digits"), k=2, clients_per_cluster=2, seed=0)
 
 
+# The rivals small (the same code at a fraction of the time; tests/test_conformance.py says why).
+LIGHT = {
+    "pFedHN": "pFedHN(hidden=16,n_hidden=1)",
+    "PeFLL": "PeFLL(hidden=16,n_hidden=1)",
+    "FedRep": "FedRep(head_epochs=1)",
+    "FedAvg-FT": "FedAvg-FT(finetune_epochs=1)",
+}
+
+
 def stop_after(rounds: int):
     def on_round(r, state):
         if r + 1 == rounds:
@@ -42,7 +51,7 @@ def same(a, b):
     return a.per_client == b.per_client and a.train_loss == b.train_loss and extra(a) == extra(b)
 
 
-@pytest.mark.parametrize("method,protocol", [(m, PROTOCOL) for m in resolve_methods("registry")] + [
+@pytest.mark.parametrize("method,protocol", [(LIGHT.get(m, m), PROTOCOL) for m in resolve_methods("registry")] + [
     ("FedAvg+jdfl-graded(M=2,e0=1)", PROTOCOL), ("SCAFFOLD+jdfl-random(M=2,e0=1)", PROTOCOL),
     ("Conditional", PROTOCOL.replace(holdout_clients=1))])  # newcomers: statistics of the training clients only
 def test_a_run_resumed_from_its_checkpoint_is_the_uninterrupted_run(scenario, tmp_path, method, protocol):

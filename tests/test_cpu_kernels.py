@@ -397,7 +397,7 @@ def fresh_dispatch(monkeypatch, tmp_path):
     calls = []
 
     def inject(slower: set[str]):
-        def measure():
+        def measure(layers):
             calls.append(1)
             return _timings(slower)
         monkeypatch.setattr(selfcheck, "measure", measure)
@@ -481,10 +481,10 @@ def test_the_self_check_keeps_the_fastest_run_of_each_side_and_gives_up_on_a_hop
         fns[name] = tuple(lambda: None for _ in range(3 if name in selfcheck.FUSED else 2))  # distinct closures
         for fn, times in zip(fns[name], (kernel, stock, [2.0] * 5)):
             runs[fn] = iter(t / 1000 for t in times)
-    monkeypatch.setattr(selfcheck, "_cases", lambda batch: fns)
+    monkeypatch.setattr(selfcheck, "_cases", lambda layers, batch: fns)
     monkeypatch.setattr(selfcheck, "_seconds", lambda fn: next(runs[fn]))
     monkeypatch.setattr(cpu_kernels, "_ext", object())
-    timings = selfcheck.measure(reps=5)
+    timings = selfcheck.measure(cpu_kernels, reps=5)
     assert timings["winograd_64_64"] == {"kernel_ms": 1.0, "stock_ms": 2.0}
     assert timings["gn_pool_relu"] == {"kernel_ms": 10.0, "stock_ms": 1.0}  # two runs each, then given up
     assert timings["winograd_32_32"]["kernel_ms"] == 1.0
@@ -494,7 +494,7 @@ def test_the_self_check_keeps_the_fastest_run_of_each_side_and_gives_up_on_a_hop
 
 def test_the_real_self_check_times_every_kernel_even_under_no_grad(ext):
     with torch.no_grad():
-        timings = selfcheck.measure(batch=2, reps=1)
+        timings = selfcheck.measure(cpu_kernels, batch=2, reps=1)
     assert set(timings) == set(selfcheck.KERNELS)
     assert all(v["kernel_ms"] > 0 and v["stock_ms"] > 0 for v in timings.values())
     assert all("alternative_ms" in timings[name] for name in selfcheck.FUSED)

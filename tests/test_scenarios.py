@@ -125,7 +125,8 @@ def test_every_family_builds(tagged):
     for family in FAMILIES:
         if family == "domain":  # multi-domain datasets only: tests/jdfl/test_domains_and_experiments.py
             continue
-        sc = make_scenario(family, "mnist", tagged, **({"clients": 8} if family in ("E4a", "E4b") else {"clients_per_cluster": 2}))
+        total = family in ("E4a", "E4b", "dirichlet", "pathological", "shards", "quantity")  # clients in total
+        sc = make_scenario(family, "mnist", tagged, **({"clients": 8} if total else {"clients_per_cluster": 2}))
         assert sc.federation.num_clients == len(sc.truth.cluster) > 0
 
 

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-from collections import Counter
 
 from .experiments import PROTOCOLS
 from .errors import EXIT_INCOMPLETE, FedcondError
@@ -40,6 +39,8 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "k": (1, 1_000),
     "clients_per_cluster": (1, 100_000),
     "clients": (1, 100_000),
+    "shards": (1, 100_000),
+    "samples": (1, 10_000_000),
     "holdout_clients": (0, 100_000),
     "min_replies": (1, 100_000),
     "workers": (1, 1_024),
@@ -196,15 +197,40 @@ def _add_scenario_args(p: argparse.ArgumentParser, family_positional: bool) -> N
     p.add_argument(
         "--k",
         type=_positive_int,
-        help="clusters K (E1, E2a, E3a, E3b) or covariate clusters C (E4b); default 5 for run, 2 otherwise",
+        help="clusters K (E1, E2a, E3a, E3b), covariate clusters C (E4b) or classes per client "
+        "(pathological); default 5 for run, 2 otherwise",
     )
     p.add_argument("--rotations", help="E2b rotation configuration C1..C4 (default C1)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--clients-per-cluster", type=_positive_int, help="clients per cluster (default 5)")
-    group.add_argument("--clients", type=_positive_int, help="clients in total (E4a, E4b)")
+    group.add_argument(
+        "--clients", type=_positive_int, help="clients in total (E4a, E4b; the standard partitions: default 100)"
+    )
     p.add_argument("--groups", help=GROUPS_HELP)
+    _add_partition_args(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the split and of training (default 0)")
     p.add_argument("--data-dir", help="dataset folder (default: $FEDCOND_DATA, else the user cache)")
+
+
+def _add_partition_args(p: argparse.ArgumentParser) -> None:
+    """The standard partitions' parameters (scenarios/standard.py); --k is pathological's classes per client."""
+    p.add_argument(
+        "--alpha",
+        type=_float_in(0, float("inf"), low_open=True),
+        help="dirichlet: concentration of each client's class proportions (default 0.3; smaller: more skew)",
+    )
+    p.add_argument("--shards", type=_positive_int, help="shards: label-sorted shards per client (default 2)")
+    p.add_argument(
+        "--sigma",
+        type=_float_in(0, float("inf")),
+        help="quantity skew: sigma of the log-normal client sizes (quantity: default 1; dirichlet, "
+        "pathological: default 0, equal sizes)",
+    )
+    p.add_argument(
+        "--samples",
+        type=_positive_int,
+        help="the standard partitions: training samples per client on average (default: the whole train set)",
+    )
 
 
 def _one_line(message: str) -> str:
@@ -254,6 +280,12 @@ def _add_run_command(sub) -> None:
         help="comma list of NAME or NAME(key=value,...), e.g. 'FedAvg,Gossip(independent_init=true)'; "
         "all = the paper's eight; registry = every registered "
         "algorithm; default: the paper's eight and Conditional-FedAvg",
+    )
+    run.add_argument(
+        "--protocol",
+        choices=list(PROTOCOLS),
+        help="the preset the options below change: paper (default; an experiment's own), jdfl, smoke "
+        "(1 epoch on 5%% of the data) or short",
     )
     _add_protocol_args(run)
     run.add_argument("--workers", type=_positive_int, help="processes, one thread each (default: min(2, cores))")
@@ -404,6 +436,9 @@ def _add_scenario_command(sub) -> None:
     desc = scen_sub.add_parser("describe", help="the clients of one scenario: cluster, sizes, label counts")
     _add_scenario_args(desc, family_positional=True)
     desc.add_argument("--json", action="store_true")
+    desc.add_argument(
+        "--plot", metavar="FILE.png", help="draw the label distribution per client (stacked bars and a heat map)"
+    )
     _add_extension_args(desc, model=False)
 
 
@@ -460,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_command(args)
         if args.command == "scenario":
-            return _describe(args)
+            from .commands.describe import describe_command
+
+            return describe_command(args)
         if args.command == "data":
             return _data(args)
         if args.command == "encoder":
@@ -497,52 +534,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print("fedcond: interrupted; finished results are in the database", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
-    return 0
-
-
-def _describe(args) -> int:
-    import torch
-
-    from .commands.run import scenario_spec
-
-    torch.set_num_threads(1)
-    scenario = scenario_spec(args, default_k=2).build()
-    fed, truth = scenario.federation, scenario.truth
-    clients = [
-        {
-            "id": i,
-            "cluster": int(truth.cluster[i]),
-            "n_train": c.n_train,
-            "n_test": c.n_test,
-            "train_labels": {int(k): v for k, v in sorted(Counter(c.y_train.tolist()).items())},
-            "test_labels": {int(k): v for k, v in sorted(Counter(c.y_test.tolist()).items())},
-        }
-        for i, c in enumerate(fed.clients)
-    ]
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "family": fed.family,
-                    "dataset": fed.dataset,
-                    "num_classes": fed.num_classes,
-                    "clusters": list(truth.cluster_names),
-                    "clients": clients,
-                }
-            )
-        )
-        return 0
-    print(
-        f"{fed.family} on {fed.dataset}: {fed.num_clients} clients in "
-        f"{truth.num_clusters} clusters, {fed.num_classes} task labels"
-    )
-    for k, name in enumerate(truth.cluster_names):
-        members = [c for c in clients if c["cluster"] == k]
-        labels = sorted({lab for c in members for lab in c["train_labels"]})
-        print(
-            f"  cluster {k} ({name}): {len(members)} clients, train {sum(c['n_train'] for c in members)}, "
-            f"test {sum(c['n_test'] for c in members)}, labels {labels}"
-        )
     return 0
 
 
@@ -629,7 +620,7 @@ def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True, on_ray: bool 
 def _sweep(args) -> int:
     from .experiments import PROTOCOL_OPTIONS, SCENARIO_OPTIONS, select, variant_name
     from .experiments import protocol as protocol_of
-    from .sweep import plan, run_sweep
+    from .sweep import plan, run_sweep, skipped_for_truth
 
     seeds = args.seeds  # a list (_seed_list)
     changes = {k: getattr(args, k) for k in PROTOCOL_OPTIONS + SCENARIO_OPTIONS if getattr(args, k) is not None}
@@ -643,6 +634,10 @@ def _sweep(args) -> int:
     cells = plan(
         experiments, args.methods, seeds, args.protocol, changes
     )  # checks every option against every experiment
+    skipped = skipped_for_truth(experiments, args.methods)
+    if skipped:
+        pairs = "; ".join(f"{m} on {e}" for e, m in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
+        print(f"fedcond: {len(skipped)} pair(s) left out (no true clusters in the scenario): {pairs}", file=sys.stderr)
     if args.dry_run:
         # --ray sweeps and --checkpoint-every 0 start every cell afresh
         return _sweep_dry_run(

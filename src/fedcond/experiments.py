@@ -18,6 +18,7 @@ from .algorithms import PAPER_METHODS
 from .errors import FedcondError
 from .protocol import JDFL_PROTOCOL, PAPER, Protocol
 from .scenarios import ScenarioSpec
+from .scenarios.families import STANDARD
 from .scenarios.groupings import E4B_SPARSITY_TOTAL, ROTATIONS, SPARSITY
 
 
@@ -36,6 +37,10 @@ class Experiment:
     preset: str = "paper"  # the protocol preset its cells run under unless a sweep names another
     kind: str = "train"  # train: methods are trained and evaluated | discovery: JDFL's discovery diagnostics
     #   | study: the earlier study's (SPEC Part B, fedcond.study), run by its own code
+    alpha: float | None = None  # the standard partitions (scenarios/standard.py): Dirichlet alpha,
+    shards: int | None = None  # shards per client,
+    sigma: float | None = None  # log-normal quantity skew,
+    samples: int | None = None  # training samples per client (None: the whole train set)
 
     def spec(self, seed: int = 0, data_dir: str | None = None, fraction: float = 1.0, groups: str | None = None):
         return ScenarioSpec(
@@ -49,6 +54,10 @@ class Experiment:
             data_dir=data_dir,
             fraction=fraction,
             groups=groups if self.family in ("E1", "E2a") else None,
+            alpha=self.alpha,
+            shards=self.shards,
+            sigma=self.sigma,
+            samples=self.samples,
         )
 
 
@@ -99,6 +108,8 @@ def clients_per_cluster(exp: Experiment) -> int:
     """How many clients each true cluster has (E4a: two datasets; E4b: 2C clusters)."""
     if exp.clients_per_cluster is not None:
         return exp.clients_per_cluster
+    if exp.family in STANDARD:  # one bookkeeping group (dirichlet, shards, quantity); pathological's hold_out checks
+        return exp.clients or 100
     if exp.clients is not None:
         return exp.clients // (2 if exp.family == "E4a" else 2 * (exp.k or 2))
     return 5
@@ -305,11 +316,50 @@ def _build() -> dict[str, Experiment]:
                 paper_setting={"XXI": f"C=2,{s}"},
             )
         )
+    for exp in standard_experiments():
+        add(exp)
     for exp in jdfl_experiments():
         add(exp)
     for exp in study_experiments():
         add(exp)
     return out
+
+
+# ---- The standard partitions of personalised-FL papers (scenarios/standard.py) -------------------
+# No Oracle where the partition has no true clusters (dirichlet, shards); IFCA is left to be named
+# (its K is a choice there, not the truth).
+STANDARD_METHODS = ("Local", "FedAvg", "Ditto", "Conditional", "Conditional-FedAvg")
+
+
+def standard_experiments() -> list[Experiment]:
+    """`dirichlet/DATASET/alpha=A/clients=N`, `pathological/DATASET/k=K/clients=N`,
+    `shards/DATASET/shards=S/clients=N`, `quantity/DATASET/sigma=S/clients=N`, and Dirichlet with
+    quantity skew `dirichlet/DATASET/alpha=A/sigma=S/clients=N`; the whole train set, 100 clients."""
+    out = []
+    for d in ("mnist", "fmnist", "cifar10"):
+        for alpha in (0.1, 0.3, 1.0):
+            out.append(
+                Experiment(f"dirichlet/{d}/alpha={alpha:g}/clients=100", "dirichlet", d, alpha=alpha, clients=100)
+            )
+        out.append(
+            Experiment(
+                f"dirichlet/{d}/alpha=0.3/sigma=1/clients=100", "dirichlet", d, alpha=0.3, sigma=1.0, clients=100
+            )
+        )
+        for k in (2, 5):
+            out.append(
+                Experiment(
+                    f"pathological/{d}/k={k}/clients=100",
+                    "pathological",
+                    d,
+                    k=k,
+                    clients=100,
+                    methods=STANDARD_METHODS + ("Oracle",),
+                )
+            )
+        out.append(Experiment(f"shards/{d}/shards=2/clients=100", "shards", d, shards=2, clients=100))
+        out.append(Experiment(f"quantity/{d}/sigma=1/clients=100", "quantity", d, sigma=1.0, clients=100))
+    return [dataclasses.replace(e, methods=STANDARD_METHODS) if e.methods == PAPER_METHODS else e for e in out]
 
 
 def study_experiments() -> list[Experiment]:

@@ -9,7 +9,8 @@ methods, Conditional with the newcomer's statistic), its true cluster's model (O
 whose models belong to the training clients (Local, Ditto, Gossip, DAC) have nothing to give a
 newcomer and report no unseen accuracy. A method that serves newcomers its own way (FedAvg-FT and
 FedRep fine-tune, pFedHN fits an embedding, PeFLL embeds the newcomer's data) says so with
-`serve_newcomer(ctx, state, client, client_id) -> params`.
+`serve_newcomer(ctx, state, client, client_id) -> params` (the `Algorithm` contract; its default,
+None, leaves the choice here).
 """
 
 from __future__ import annotations
@@ -84,9 +85,8 @@ def evaluate_unseen(
     model = ctx.spec(alg.conditioned).build()
     per_client = []
     for j, (client, k) in enumerate(zip(unseen.clients, unseen.cluster)):
-        if hasattr(alg, "serve_newcomer"):  # the method's own protocol for novel clients
-            params = alg.serve_newcomer(ctx, state, client, unseen.ids[j])
-        else:
+        params = alg.serve_newcomer(ctx, state, client, unseen.ids[j])  # the method's own protocol, if any
+        if params is None:
             g = newcomer_model(alg, state, train_cluster, int(k))
             if g is None:
                 return {}

@@ -96,6 +96,13 @@ def rounds_of(method: str, protocol: Protocol) -> int:
     return protocol.rounds if make_algorithm(method).federated else protocol.epochs
 
 
+def needs_missing_truth(family: str, method: str) -> bool:
+    """Would `method` need true clusters that a `family` federation does not have (Oracle on dirichlet)?"""
+    from .scenarios.families import CLUSTERLESS
+
+    return family in CLUSTERLESS and make_algorithm(method).needs_truth
+
+
 def run_methods(
     spec: ScenarioSpec,
     methods: list[str],

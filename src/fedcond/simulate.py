@@ -140,10 +140,16 @@ def prepare_run(
     data_dir=None,
 ) -> PreparedRun:
     """Everything before the first round: the algorithm, the hold-out, the statistics, the context."""
-    if isinstance(method, str):
-        alg = make_algorithm(method, num_clusters=scenario.truth.num_clusters, **(hyper or {}))
+    truth = scenario.truth
+    if isinstance(method, str):  # no true clusters: a clustered method keeps its own default K unless named
+        alg = make_algorithm(method, num_clusters=truth.num_clusters if truth.known else None, **(hyper or {}))
     else:
         alg = method
+    if alg.needs_truth and not truth.known:
+        raise FedcondError(
+            f"{method if isinstance(method, str) else type(alg).__name__} needs the true clusters, and a "
+            f"{scenario.federation.family} federation has none; leave it out of --methods"
+        )
     name = method if isinstance(method, str) else type(alg).__name__
     unseen = None
     if protocol.holdout_clients:  # newcomers: out of training, evaluated at the end (holdout.py)
@@ -261,8 +267,9 @@ def final_evaluation(
         extra["resumed_after_round"] = (
             resumed_after  # rounds 1..resumed_after ran in an earlier process (seconds count both)
         )
-    extra["cluster_accuracy"] = cluster_accuracy(run.scenario, per_client)
-    extra["cluster_of_client"] = [truth.cluster_names[k] for k in truth.cluster]
+    if truth.known:  # a scenario without true clusters has no per-cluster accuracy
+        extra["cluster_accuracy"] = cluster_accuracy(run.scenario, per_client)
+        extra["cluster_of_client"] = [truth.cluster_names[k] for k in truth.cluster]
     for name, index in state.alternates.items():  # another model the method keeps (FedDyn's theta)
         other = dataclasses.replace(state, assignment=(index,) * len(state.assignment))
         extra[f"{name}_accuracy"] = float(np.mean(evaluate(eval_ctx, other, alg.conditioned)[0]))
@@ -272,7 +279,7 @@ def final_evaluation(
             unseen_statistics(run.ctx, protocol, run.unseen, run.train_raw, data_dir, seed) if alg.conditioned else None
         )
         extra.update(evaluate_unseen(eval_ctx, alg, state, run.unseen, truth.cluster, s_new))
-    if state.clusters is not None:  # clustering methods: how well they recovered the true clusters
+    if state.clusters is not None and truth.known:  # clustering methods: how well they recovered the true clusters
         extra["ari"] = ari(state.clusters, truth.cluster)
     return per_client, weighted, extra
 

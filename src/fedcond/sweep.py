@@ -24,7 +24,7 @@ from .algorithms import resolve_methods
 from .checkpoint import EVERY_SECONDS
 from .errors import FedcondError
 from .experiments import Experiment, protocol, scenario_options
-from .run import Failure, checkpoint_for, default_workers, rounds_of, run_methods
+from .run import Failure, checkpoint_for, default_workers, needs_missing_truth, rounds_of, run_methods
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,8 @@ def plan(
 ) -> list[Cell]:
     """Every (experiment, method, seed) cell, once. `changes`: options on top of the preset
     `protocol_name` (None: each experiment's own, `paper` or `jdfl`), named per experiment by the
-    ones that apply to it (experiments.cell_changes)."""
+    ones that apply to it (experiments.cell_changes). A method that needs true clusters has no cell
+    on an experiment without them (`skipped_for_truth` names those pairs)."""
     from .experiments import cell_changes, variant_name
 
     cells = []
@@ -70,10 +71,21 @@ def plan(
             names = [m for m in exp.methods if not methods or m in {s.strip() for s in methods.split(",")}]
         else:
             names = resolve_methods(methods) if methods else list(exp.methods)
-        names = list(dict.fromkeys(names))
+        names = [m for m in dict.fromkeys(names) if not needs_missing_truth(exp.family, m)]  # Oracle on dirichlet
         for seed in seeds:
             cells += [Cell(exp, m, seed, pname) for m in names]
     return cells
+
+
+def skipped_for_truth(experiments: list[Experiment], methods: str | None) -> list[tuple[str, str]]:
+    """(experiment, method) pairs `plan` leaves out: the method needs true clusters the experiment has not."""
+    out = []
+    for exp in experiments:
+        if exp.kind != "train":
+            continue
+        names = resolve_methods(methods) if methods else list(exp.methods)
+        out += [(exp.name, m) for m in dict.fromkeys(names) if needs_missing_truth(exp.family, m)]
+    return out
 
 
 RECORDED_ELSEWHERE = "recorded meanwhile by another process; skipped"

@@ -56,10 +56,10 @@ def test_keys_make_a_chain_flower_accepts_and_a_roster_the_secure_sum_checks(tmp
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--nodes", "0"], "expected a number >= 1"),
-    (["--nodes", "10001"], "--nodes must be between 1 and 10000"),
+    (["--nodes", "0"], "--nodes: expected a whole number in [1, 10000], got 0"),
+    (["--nodes", "10001"], "--nodes: expected a whole number in [1, 10000], got 10001"),
     (["--nodes", "2", "--host", "not a host"], "--host takes a host name or an IP address"),
-    (["--nodes", "2", "--out", ""], "--out must name a folder"),
+    (["--nodes", "2", "--out", ""], "--out: expected a value, got an empty one"),
     (["--nodes", "2", "--out", "{existing}"], "already exists and is not an empty folder; keys are never overwritten"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, argv, message):

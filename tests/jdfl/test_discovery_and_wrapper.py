@@ -126,7 +126,8 @@ def test_run_records_pseudo_domains_ari_and_per_domain_accuracy(rotated_digits):
     assert res.extra["pseudo_domains"] == 4 and res.extra["ari"] == 1.0
     assert set(res.extra["cluster_accuracy"]) == set(rotated_digits.truth.cluster_names)
     assert 0.0 <= res.weighted_accuracy <= 1.0 and res.hyperparameters["scheme"] == "graded"
-    assert res.hyperparameters["base"] == {}  # FedAvg has no hyper-parameters
+    # FedAvg's only hyper-parameters: the server's update, at plain averaging
+    assert res.hyperparameters["base"]["server_opt"] == "avg" and res.hyperparameters["base"]["server_lr"] is None
 
 
 def test_method_names():

@@ -418,3 +418,13 @@ def test_stands_in_reads_a_protocol_name_with_the_sweeps_own_parser():
     assert not stands_in("short[encoder_source=pacs32]")  # another preset's variant
     assert stands_in("short[encoder_source=pacs32]", preset="short")
     assert not stands_in("paper[nonsense=1]") and not stands_in("paper[encoder_source=pacs32")  # not a sweep's name
+
+
+def test_a_line_joins_only_neighbouring_levels_that_were_run():
+    from fedcond.report.figures import _runs
+
+    levels = [5, 10, 20, 50, 100]
+    assert _runs([5, 100], levels) == [(0, 1), (1, 2)]  # rich and super sparse only: two markers, no line
+    assert _runs([5, 10, 20, 100], levels) == [(0, 3), (3, 4)]
+    assert _runs(levels, levels) == [(0, 5)]
+    assert _runs([], levels) == []

@@ -140,6 +140,12 @@ class Algorithm(Protocol):
         """The context to evaluate `state` in; by default the training one (JDFL's: its expanded head)."""
         return ctx
 
+    def serve_newcomer(self, ctx: Context, state: State, client, client_id: int) -> Params | None:
+        """The parameters a client unseen in training is evaluated with, by the method's own protocol
+        (fine-tuning, a hypernetwork's embedding); None (the default): one of the trained models,
+        chosen by the simulator (holdout.newcomer_model)."""
+        return None
+
 
 @dataclass(frozen=True)
 class Replies:

@@ -3,7 +3,8 @@ Data", AISTATS 2017) and its conditioned twin.
 
 Round r: every client starts from the global weights w_r, runs `local_epochs` of SGD on its own
 data (fresh momentum: clients keep no optimiser state), and the server sets
-w_{r+1} = sum_i n_i w_i / sum_i n_i.
+w_{r+1} = sum_i n_i w_i / sum_i n_i; with a server optimiser (server_opt.py: FedAvgM, FedAdam) the
+server instead steps along that average's difference from w_r.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .base import Algorithm, Context, State, aggregate
+from .server_opt import ServerOptimiser
 
 
 @dataclass(frozen=True)
-class FedAvg(Algorithm):
+class FedAvg(ServerOptimiser, Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
@@ -27,7 +29,9 @@ class FedAvg(Algorithm):
         n = ctx.federation.num_clients
         jobs = [ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
         replies = aggregate(ctx, range(n), ctx.engine.train(ctx.spec(self.conditioned), jobs))
-        return State(models=(replies.average(),), assignment=state.assignment, round=r + 1, train_loss=replies.loss)
+        w, slots = self.server_step(state.models[0], replies.average(), state.extra.get("server"))
+        extra = {} if slots is None else {"server": slots}
+        return State(models=(w,), assignment=state.assignment, round=r + 1, train_loss=replies.loss, extra=extra)
 
 
 @dataclass(frozen=True)

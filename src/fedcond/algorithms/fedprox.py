@@ -23,10 +23,11 @@ from typing import ClassVar
 from ..engine import Regulariser
 from ..errors import FedcondError
 from .base import Algorithm, Context, State, aggregate, check_participation, participants
+from .server_opt import ServerOptimiser
 
 
 @dataclass(frozen=True)
-class FedProx(Algorithm):
+class FedProx(ServerOptimiser, Algorithm):
     mu: float = 0.01  # proximal weight; 0 gives FedAvg
     participation: float = 1.0  # fraction of clients that train each round
 
@@ -35,6 +36,7 @@ class FedProx(Algorithm):
     federated: ClassVar[bool] = True
 
     def __post_init__(self):
+        super().__post_init__()
         if self.mu < 0:
             raise FedcondError(f"FedProx mu must be >= 0, got {self.mu}")
         check_participation(self.participation)
@@ -48,4 +50,6 @@ class FedProx(Algorithm):
         prox = Regulariser(mu=self.mu, anchor=w)  # the same anchor for everyone: the broadcast weights
         jobs = [ctx.job(w, (i,), self.conditioned, seed=(r, i), regulariser=prox) for i in active]
         replies = aggregate(ctx, active, ctx.engine.train(ctx.spec(self.conditioned), jobs))
-        return State(models=(replies.average(),), assignment=state.assignment, round=r + 1, train_loss=replies.loss)
+        w, slots = self.server_step(w, replies.average(), state.extra.get("server"))
+        extra = {} if slots is None else {"server": slots}
+        return State(models=(w,), assignment=state.assignment, round=r + 1, train_loss=replies.loss, extra=extra)

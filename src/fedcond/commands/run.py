@@ -12,7 +12,7 @@ from tqdm import tqdm
 from .. import results
 from ..errors import EXIT_INCOMPLETE, FedcondError
 from ..algorithms import resolve_methods
-from ..run import Failure, default_workers, rounds_of, run_methods
+from ..run import Failure, default_workers, needs_missing_truth, rounds_of, run_methods
 from ..scenarios import ScenarioSpec
 
 
@@ -21,16 +21,23 @@ def scenario_spec(args, default_k: int) -> ScenarioSpec:
     k = args.k
     if k is None and args.groups and "|" in args.groups and args.family.lower() == "e1":  # E1: one cluster per group
         k = args.groups.count("|") + 1
+    from ..scenarios.families import STANDARD
+
+    no_default_k = args.family.lower() in ("domain", *STANDARD)  # domain: one cluster per domain
     return ScenarioSpec(
         family=args.family,
         dataset=args.dataset,
-        k=k if k is not None or args.family.lower() == "domain" else default_k,  # domain: one cluster per domain
+        k=k if k is not None or no_default_k else default_k,
         clients_per_cluster=args.clients_per_cluster,
         clients=args.clients,
         rotations=args.rotations,
         seed=args.seed,
         data_dir=args.data_dir,
         groups=args.groups,
+        alpha=args.alpha,
+        shards=args.shards,
+        sigma=args.sigma,
+        samples=args.samples,
     )
 
 
@@ -47,7 +54,8 @@ def run_command(args) -> int:
         if not matches:
             raise FedcondError(f"--experiment takes one exact name, e.g. {select(args.experiment)[0].name}")
         experiment = matches[0]
-    preset = experiment.preset if experiment else "paper"
+    preset = args.protocol or (experiment.preset if experiment else "paper")
+    fraction = PROTOCOLS[preset][1]  # smoke: a stratified 5% of every split
     protocol = PROTOCOLS[preset][0].replace(
         epochs=args.epochs,
         local_epochs=args.local_epochs,
@@ -65,7 +73,7 @@ def run_command(args) -> int:
     if experiment:
         from ..experiments import PROTOCOL_OPTIONS, SCENARIO_OPTIONS, cell_changes, variant_name
 
-        spec = experiment.spec(args.seed, args.data_dir, groups=args.groups)
+        spec = experiment.spec(args.seed, args.data_dir, fraction, groups=args.groups)
         if args.groups is not None and spec.groups is None:
             raise FedcondError(f"--groups applies to E1 and E2a only, not to {experiment.family}")
         # named as a sweep names the same cell, so sweeps skip it and reports never mix it with another
@@ -77,7 +85,13 @@ def run_command(args) -> int:
         changes.update({k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k) is not None})
         protocol_name = variant_name(preset, cell_changes(experiment, changes))
     else:
-        spec = scenario_spec(args, default_k=5)
+        spec = dataclasses.replace(scenario_spec(args, default_k=5), fraction=fraction)
+    refused = [m for m in methods if needs_missing_truth(spec.family, m)]
+    if refused:
+        raise FedcondError(
+            f"{', '.join(refused)} needs the true clusters, and a {spec.family} federation has none; "
+            "leave it out of --methods"
+        )
     scenario = spec.build()  # fails fast, with a clear message, before any worker starts
     fed = scenario.federation
     con = results.connect(args.db)
@@ -85,7 +99,7 @@ def run_command(args) -> int:
     bar = tqdm(total=total, unit="epoch", desc=f"{fed.family}/{fed.dataset}", disable=args.no_progress, file=sys.stderr)
     if not args.json:
         print(
-            f"{fed.family} on {fed.dataset}: {fed.num_clients} clients, {scenario.truth.num_clusters} clusters; "
+            f"{fed.family} on {fed.dataset}: {fed.num_clients} clients, {_clusters(scenario.truth)}; "
             f"{protocol.epochs} epochs; methods {', '.join(methods)}",
             file=sys.stderr,
         )
@@ -147,6 +161,12 @@ def run_command(args) -> int:
         )
         return EXIT_INCOMPLETE
     return 0
+
+
+def _clusters(truth) -> str:
+    if not truth.known:
+        return "no true clusters"
+    return f"{truth.num_clusters} cluster{'s' if truth.num_clusters != 1 else ''}"
 
 
 def _as_json(res, row: dict) -> dict:

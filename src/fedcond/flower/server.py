@@ -249,7 +249,9 @@ def serve(grid, run: FlowerRun, log: Callable[[str], None] = _to_stderr) -> dict
     """The whole run on the server: connect, normalise statistics, rounds, client-side evaluation."""
     torch.set_num_threads(1)
     start = time.perf_counter()
-    alg = make_algorithm(run.method, num_clusters=run.spec.k, **run.hyper)
+    from ..scenarios.families import STANDARD  # their k (pathological: classes per client) counts no clusters
+
+    alg = make_algorithm(run.method, num_clusters=None if run.spec.family in STANDARD else run.spec.k, **run.hyper)
     if not alg.federated or alg.needs_truth:
         raise FedcondError(f"{run.method} trains on pooled data or needs the true clusters; it has no federated form")
     exchange, fed = connect(grid, run, alg.conditioned, log)

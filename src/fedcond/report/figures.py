@@ -184,6 +184,19 @@ def _panels(t: PublishedTable, protocol, cells, x_of, tick, value, error_bars: b
     return panels
 
 
+def _runs(xs: list, order: list) -> list[tuple[int, int]]:
+    """[i, j) slices of `xs` (sorted positions) whose points sit on consecutive positions of `order`
+    (the panel's levels): a level that was not run breaks the line, so a line never stands for a
+    measurement that was not made (a solid line from rich straight to super sparse hid Gossip's cliff)."""
+    rank = {x: n for n, x in enumerate(order)}
+    runs, start = [], 0
+    for n in range(1, len(xs) + 1):
+        if n == len(xs) or rank[xs[n]] != rank[xs[n - 1]] + 1:
+            runs.append((start, n))
+            start = n
+    return runs
+
+
 def _line_figure(
     title: str,
     rows: list[tuple[str, list[_Panel]]],
@@ -203,12 +216,16 @@ def _line_figure(
                 ax.set_visible(False)
                 continue
             p = panels[c]
+            order = [x for x, _ in p.ticks]
             for m, s in p.series.items():
                 methods.add(m)
-                ax.errorbar(s.xs, s.ys, yerr=s.err if any(s.err) else None, color=colour(m), **_OURS)
+                for i, j in _runs(s.xs, order):  # a line joins neighbouring levels only: no line across a gap
+                    err = s.err[i:j] if any(s.err[i:j]) else None
+                    ax.errorbar(s.xs[i:j], s.ys[i:j], yerr=err, color=colour(m), **_OURS)
                 if s.pub_xs:
                     any_published = True
-                    ax.plot(s.pub_xs, s.pub_ys, color=colour(m), **_PUBLISHED)
+                    for i, j in _runs(s.pub_xs, order):
+                        ax.plot(s.pub_xs[i:j], s.pub_ys[i:j], color=colour(m), **_PUBLISHED)
             if zero_line:
                 ax.axhline(0, color="black", linewidth=0.8)
             ax.set_xticks([x for x, _ in p.ticks], [label for _, label in p.ticks])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 
 from ..experiments import EXPERIMENTS
+from ..scenarios.families import STANDARD
 from .data import Cell, Database, PublishedTable, experiment_order, method_order, protocol_order
 
 NOT_RUN = "not run"
@@ -23,6 +24,10 @@ FAMILY_TITLES = {
     "E3b": "concept shift by label permutation",
     "E4a": "cross-dataset shift",
     "E4b": "combined shift",
+    "dirichlet": "Dirichlet label skew",
+    "pathological": "k-class pathological label skew",
+    "shards": "label-sorted shards",
+    "quantity": "quantity skew",
 }
 
 
@@ -278,11 +283,12 @@ def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, .
     progress shows, and any experiment name the registry does not know."""
     names = [
         e.name
-        for e in EXPERIMENTS.values()  # JDFL and the earlier study: their own sections
-        if not e.tables and e.kind == "train" and not e.name.startswith("JDFL/")
+        for e in EXPERIMENTS.values()  # JDFL, the earlier study, the standard partitions: their own sections
+        if not e.tables and e.kind == "train" and not e.name.startswith("JDFL/") and e.family not in STANDARD
     ]
+    own = ("MCDC/", "JDFL/", *(f"{f}/" for f in STANDARD))
     unknown = sorted(
-        {e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS and not e.startswith(("MCDC/", "JDFL/"))},
+        {e for (p, e, m) in cells if p == protocol and e not in EXPERIMENTS and not e.startswith(own)},
         key=experiment_order,
     )
     names += unknown
@@ -299,6 +305,25 @@ def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, .
     lines = [f"### Experiments without a published table, {label}", ""]
     shown = [cells.get((protocol, name, m)) for name in names for m in methods]
     return lines + _table(["experiment", "seeds"] + methods, rows) + [""] + stand_in_note(shown)
+
+
+def standard_section(protocol: str | None, cells: dict, label: str) -> list[str]:
+    """The standard partitions (dirichlet, pathological, shards, quantity): one table per family
+    that ran under this protocol, its experiments as rows and the methods that ran as columns."""
+    lines: list[str] = []
+    for family in STANDARD:
+        prefix = f"{family}/"
+        ran = {(e, m) for (p, e, m) in cells if p == protocol and e.startswith(prefix)}
+        if not ran:
+            continue
+        names = sorted({e for e, _ in ran}, key=experiment_order)
+        methods = sorted({m for _, m in ran}, key=method_order)
+        rows = [[name, _seeds_text([cells.get((protocol, name, m)) for m in methods])] for name in names]
+        for row, name in zip(rows, names):
+            row += [cell_text(cells.get((protocol, name, m)), None) for m in methods]
+        lines += [f"### Standard partition: {FAMILY_TITLES[family]} ({family}), {label}", ""]
+        lines += _table(["experiment", "seeds"] + methods, rows) + [""]
+    return lines
 
 
 CONTROL = "paper[statistic=random]"

@@ -121,6 +121,7 @@ def write_report(
             lines += md.control_section(p, cells, published)
             lines += md.ari_section(p, cells, label)
         lines += md.study_section(p, cells, label)
+        lines += md.standard_section(p, cells, label)
         lines += jdfl_section(p, ok, label, out, why)
         if not paper_sections:
             continue

@@ -223,6 +223,7 @@ def combined_shift(dataset: str, load: Loader, c: int = 2, clients: int = 20, se
 
 
 from .domains import domain_split  # noqa: E402  (listed with the families below)
+from .standard import dirichlet_label_skew, label_sorted_shards, pathological_label_skew, quantity_skew  # noqa: E402  (the standard partitions)
 
 
 def _params(local_vars: dict) -> dict:
@@ -238,4 +239,13 @@ FAMILIES: dict[str, Callable] = {
     "E4a": cross_dataset,
     "E4b": combined_shift,
     "domain": domain_split,  # JDFL (SPEC C.7): one domain per client
+    # the standard partitions of personalised-FL papers (standard.py); clients counted in total
+    "dirichlet": dirichlet_label_skew,
+    "pathological": pathological_label_skew,
+    "shards": label_sorted_shards,
+    "quantity": quantity_skew,
 }
+# Families whose clients are counted in total (--clients), with the per-family parameters they take.
+STANDARD = ("dirichlet", "pathological", "shards", "quantity")
+# Families whose clients have no true clusters (GroundTruth.known is False): no Oracle, no ARI.
+CLUSTERLESS = ("dirichlet", "shards")

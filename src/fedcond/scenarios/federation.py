@@ -54,10 +54,13 @@ class Federation:
 
 @dataclass(frozen=True)
 class GroundTruth:
-    """What only evaluation and oracles may see: each client's true cluster."""
+    """What only evaluation and oracles may see: each client's true cluster. `known` False: the
+    scenario has no true clusters (e.g. Dirichlet label skew); every client is then in one cluster
+    named 'none', which only groups the clients for per-cluster bookkeeping (hold-outs)."""
 
     cluster: np.ndarray  # int64 [num_clients]
     cluster_names: tuple[str, ...]
+    known: bool = True
 
     @property
     def num_clusters(self) -> int:

@@ -11,7 +11,7 @@ from functools import partial
 from .. import data
 from ..errors import FedcondError
 from . import groupings as G
-from .families import FAMILIES
+from .families import FAMILIES, STANDARD
 from .federation import Scenario
 from .partition import subsample
 
@@ -27,15 +27,25 @@ def make_scenario(
     rotations: str | None = None,
     seed: int = 0,
     groups: str | None = None,
+    alpha: float | None = None,
+    shards: int | None = None,
+    sigma: float | None = None,
+    samples: int | None = None,
 ) -> Scenario:
     """Build any family from uniform arguments (what the command line and experiments pass).
 
     `k` is K for E1/E2a/E3a/E3b and C for E4b; `rotations` is C1..C4 for E2b; E4a and E4b count
     clients in total (`clients`), the others per cluster (`clients_per_cluster`, default 5). `groups` names
     the class grouping of E1 and E2a (groupings.GROUPINGS, or explicit '0,1|2,3'). Family names
-    are accepted in any case.
+    are accepted in any case. The standard partitions (dirichlet, pathological, shards, quantity)
+    count clients in total (default 100) and take `alpha` (dirichlet), `k` (pathological: classes
+    per client), `shards` (shards per client), `sigma` (log-normal quantity skew: quantity, and
+    dirichlet / pathological combined with it) and `samples` (per client; None: the whole train set).
     """
     family = canonical_family(family)
+    _check_standard_options(family, k, rotations, clients_per_cluster, alpha, shards, sigma, samples)
+    if family in STANDARD:
+        return _make_standard(family, dataset, load, k, clients, seed, alpha, shards, sigma, samples)
     if groups is not None and family not in ("E1", "E2a"):
         raise FedcondError(f"--groups applies to E1 and E2a only, not to {family}")
     builder = FAMILIES[family]
@@ -60,6 +70,36 @@ def make_scenario(
     return builder(dataset, load, k=k or 2, clients_per_cluster=per, seed=seed)
 
 
+def _check_standard_options(family, k, rotations, clients_per_cluster, alpha, shards, sigma, samples) -> None:
+    """Every option the family does not take is a clear error, not silently ignored."""
+    takes = {
+        "dirichlet": ("alpha", "sigma", "samples"),
+        "pathological": ("k", "sigma", "samples"),
+        "shards": ("shards", "samples"),
+        "quantity": ("sigma", "samples"),
+    }.get(family, ())
+    given = {"alpha": alpha, "shards": shards, "sigma": sigma, "samples": samples}
+    if family in STANDARD:
+        given.update({"k": k, "rotations": rotations, "clients_per_cluster": clients_per_cluster})
+    wrong = [name for name, value in given.items() if value is not None and name not in takes]
+    if wrong:
+        options = ", ".join("--" + name.replace("_", "-") for name in wrong)
+        allowed = ", ".join("--" + t for t in ("clients", "seed", *takes))
+        raise FedcondError(f"{options} does not apply to {family} (it takes {allowed})")
+
+
+def _make_standard(family, dataset, load, k, clients, seed, alpha, shards, sigma, samples) -> Scenario:
+    builder = FAMILIES[family]
+    common = dict(clients=clients if clients is not None else 100, samples=samples, seed=seed)
+    if family == "dirichlet":
+        return builder(dataset, load, alpha=alpha if alpha is not None else 0.3, sigma=sigma or 0.0, **common)
+    if family == "pathological":
+        return builder(dataset, load, k=k if k is not None else 2, sigma=sigma or 0.0, **common)
+    if family == "shards":
+        return builder(dataset, load, shards=shards if shards is not None else 2, **common)
+    return builder(dataset, load, sigma=sigma if sigma is not None else 1.0, **common)
+
+
 def canonical_family(family: str) -> str:
     """A family name as registered (E1, E2a, ..., domain), from any case; a clear error otherwise."""
     lookup = {name.lower(): name for name in FAMILIES}
@@ -68,13 +108,16 @@ def canonical_family(family: str) -> str:
     return lookup[str(family).strip().lower()]
 
 
+_DEFAULT_K = 5
+
+
 @dataclass(frozen=True)
 class ScenarioSpec:
     """A scenario by its arguments: cheap to pickle, rebuilt identically anywhere."""
 
     family: str = "E1"
     dataset: str = "digits"
-    k: int | None = 5
+    k: int | None = _DEFAULT_K
     clients_per_cluster: int | None = None
     clients: int | None = None
     rotations: str | None = None
@@ -84,9 +127,15 @@ class ScenarioSpec:
     groups: str | None = (
         None  # E1 / E2a class grouping: a name (scenarios.groupings.GROUPINGS) or '0,1|2,3'; None: default
     )
+    alpha: float | None = None  # the standard partitions (standard.py): Dirichlet concentration,
+    shards: int | None = None  # shards per client,
+    sigma: float | None = None  # log-normal quantity skew,
+    samples: int | None = None  # training samples per client (None: the whole train set)
 
     def __post_init__(self):
         object.__setattr__(self, "family", canonical_family(self.family))
+        if self.family in STANDARD and self.family != "pathological" and self.k == _DEFAULT_K:
+            object.__setattr__(self, "k", None)  # the E-families' default K is no option of these
 
     def build(self) -> Scenario:
         load = partial(data.load, data_dir=self.data_dir)
@@ -103,6 +152,10 @@ class ScenarioSpec:
             rotations=self.rotations,
             seed=self.seed,
             groups=self.groups,
+            alpha=self.alpha,
+            shards=self.shards,
+            sigma=self.sigma,
+            samples=self.samples,
         )
 
     def describe(self) -> dict:

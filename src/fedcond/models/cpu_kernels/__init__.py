@@ -34,6 +34,7 @@ FEDCOND_CPU_KERNELS_VARIANT=avx2|portable builds another variant than native (to
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 import torch
@@ -81,7 +82,7 @@ def extension() -> build.Kernels | None:
         _enabled = dict.fromkeys(selfcheck.KERNELS, True)
         return _ext
     try:
-        record = selfcheck.cached_timings(_ext.path)
+        record = selfcheck.cached_timings(_ext.path, sys.modules[__name__])
     except (OSError, RuntimeError) as e:  # e.g. a read-only cache: without a measurement, keep the stock layers
         warnings.warn(f"fedcond: CPU kernels' self-check failed ({e}); using the stock torch layers", stacklevel=2)
         _status["reason"] = f"self-check failed: {e}"

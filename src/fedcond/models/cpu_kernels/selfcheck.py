@@ -24,6 +24,7 @@ import json
 import os
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Callable
 
 import torch
@@ -48,10 +49,13 @@ FUSED = {"first_block": ("pool_relu",), "conv_pool": ("winograd_32_64", "pool_re
 CL = torch.channels_last
 
 
-def _cases(batch: int) -> dict[str, tuple[Callable[[], None], ...]]:
+def _cases(layers: ModuleType, batch: int) -> dict[str, tuple[Callable[[], None], ...]]:
     """name -> (kernel, stock[, alternative]): closures running forward and backward once on fixed
-    random data; the fused kernels' alternative is what runs without them (component kernels)."""
-    from . import ConvPoolReLU, FirstBlock, GroupNormPoolReLU, PoolReLU, WinogradConv
+    random data; the fused kernels' alternative is what runs without them (component kernels).
+    `layers` is the package that defines the kernel layers, handed in by its own __init__ (this
+    module does not import its parent package: no import circle)."""
+    FirstBlock, PoolReLU, ConvPoolReLU = layers.FirstBlock, layers.PoolReLU, layers.ConvPoolReLU
+    WinogradConv, GroupNormPoolReLU = layers.WinogradConv, layers.GroupNormPoolReLU
 
     gen = torch.Generator().manual_seed(0)
 
@@ -125,13 +129,11 @@ def _seconds(fn: Callable[[], None]) -> float:
     return time.perf_counter() - t
 
 
-def measure(batch: int = BATCH, reps: int = REPS) -> dict[str, dict[str, float]]:
+def measure(layers: ModuleType, batch: int = BATCH, reps: int = REPS) -> dict[str, dict[str, float]]:
     """name -> {"kernel_ms", "stock_ms"[, "alternative_ms"]}: the fastest of `reps` interleaved runs
     after one warm-up each (of two, where the kernel's two were over GIVE_UP x slower), on one thread
     (restored afterwards), with autograd on whatever the caller's mode."""
-    from . import _ext
-
-    if _ext is None:
+    if layers._ext is None:
         raise RuntimeError("the CPU kernels are not loaded: nothing to time")
     reps = max(reps, 1)
     threads = torch.get_num_threads()
@@ -139,7 +141,7 @@ def measure(batch: int = BATCH, reps: int = REPS) -> dict[str, dict[str, float]]
     try:
         with torch.enable_grad():
             out = {}
-            for name, fns in _cases(batch).items():
+            for name, fns in _cases(layers, batch).items():
                 for fn in fns:  # warm-up: first-touch allocations, oneDNN's primitive cache
                     fn()
                 times: list[list[float]] = [[] for _ in fns]
@@ -199,7 +201,7 @@ def record_path(library: Path, key: dict | None = None) -> Path:
     return library.with_name(f"{library.stem}.selfcheck.{digest}.json")
 
 
-def cached_timings(library: Path) -> dict:
+def cached_timings(library: Path, layers: ModuleType) -> dict:
     """{"timings", "measured_at", "cached"} of this build on this machine: read from beside the
     library, else measured (once, under a lock) and written there."""
     from .build import file_lock
@@ -221,7 +223,7 @@ def cached_timings(library: Path) -> dict:
         found = read()  # another process may have measured while this one waited
         if found is not None:
             return found
-        data = {"key": key, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "timings": measure()}
+        data = {"key": key, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "timings": measure(layers)}
         tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, record)
