@@ -209,7 +209,7 @@ def test_fedavgm_without_momentum_is_fedavg(registries):
 @pytest.mark.slow
 def test_run_with_a_plugin_finds_its_method_and_model_in_two_worker_processes(tmp_path):
     out = _fedcond(
-        "run", "--plugin", EXAMPLE, "--methods", "FedAvgM(beta=0.5),FedAvg", "--model", "mlp", "--epochs", "1",
+        "run", "--plugin", EXAMPLE, "--methods", "FedAvgM(beta=0.5),FedAvg", "--model", "mlp", "--protocol", "smoke",
         "--k", "2", "--clients-per-cluster", "2", "--workers", "2", "--json", "--no-progress",
         "--db", str(tmp_path / "r.sqlite"),
     )
