@@ -5,8 +5,9 @@ Distribution for Federated Visual Classification", 2019) and a small MLP.
 
 FedAvgM is FedAvg with momentum on the server: with d_r = w_r - avg_i(w_i) the round's average
 update, the server keeps v_{r+1} = beta v_r + d_r and sets w_{r+1} = w_r - server_lr v_{r+1}
-(beta = 0, server_lr = 1 is FedAvg). Only this module is new: it imports fedcond's public pieces
-and registers its names; nothing in fedcond changes.
+(beta = 0, server_lr = 1 is FedAvg). fedcond has it built in as `FedAvg(server_opt=momentum)`;
+here it is the example of a plug-in: only this module is new, it imports fedcond's public pieces
+and registers its names, and nothing in fedcond changes.
 """
 
 from __future__ import annotations
