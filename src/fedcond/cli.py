@@ -45,6 +45,7 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "min_replies": (1, 100_000),
     "workers": (1, 1_024),
     "nodes": (1, 10_000),  # fedcond flower keys: SuperNodes of a test federation
+    "row": (1, 2**63 - 1),  # config show: a SQLite row id
 }
 
 
@@ -258,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_command(sub)
     _add_data_command(sub)
     _add_doctor_command(sub)
+    _add_config_command(sub)
     from .commands.flower import add_parser as add_flower_parser
 
     add_flower_parser(sub, _positive_int)
@@ -293,6 +295,7 @@ def _add_run_command(sub) -> None:
         "--device", default="cpu", help="cpu (default), or e.g. cuda: clients trained as stacked models under vmap"
     )
     run.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
+    run.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     run.add_argument("--json", action="store_true", help="print results as JSON")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     _add_extension_args(run)
@@ -335,6 +338,20 @@ def _load_plugin_args(args) -> None:
         args.model = canonical_model(args.model)
 
 
+CONFIG_HELP = (
+    'a TOML file of this command\'s options by long name (e.g. methods = ["FedAvg"], clients_per_cluster = 5), '
+    "at the top level or under [run]/[sweep]; options on the command line win"
+)
+
+
+def _add_config_command(sub) -> None:
+    cfg = sub.add_parser("config", help="configuration files: print the one that reproduces a recorded row")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
+    show = cfg_sub.add_parser("show", help="print a `fedcond run --config` file (TOML) that reproduces row ROW")
+    show.add_argument("row", type=_positive_int, help="the row's id (fedcond results list shows them)")
+    show.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
+
+
 def _add_experiments_command(sub) -> None:
     exps = sub.add_parser("experiments", help="the paper's configurations, by name")
     exps_sub = exps.add_subparsers(dest="experiments_command", required=True)
@@ -356,6 +373,7 @@ def _add_sweep_command(sub) -> None:
     sw.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
     sw.add_argument("--methods", help="comma list or all (default: the experiment's, the paper's eight)")
     sw.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
+    sw.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     sw.add_argument("--data-dir")
     sw.add_argument("--workers", type=_positive_int)
     sw.add_argument("--no-progress", action="store_true")
@@ -482,7 +500,15 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import threading
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    try:
+        from .config import expand
+
+        argv = expand(parser, sys.argv[1:] if argv is None else list(argv))
+    except FedcondError as e:
+        print(_one_line(f"fedcond: error: {e}"), file=sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -516,6 +542,12 @@ def main(argv: list[str] | None = None) -> int:
             from .commands.flower import flower_command
 
             return flower_command(args)
+        if args.command == "config":
+            from .config import row_config
+            from .results import default_db_path
+
+            print(row_config(args.db or str(default_db_path()), args.row), end="")
+            return 0
         if args.command == "report":
             from .report import write_report
 

@@ -96,13 +96,17 @@ def run_command(args) -> int:
     fed = scenario.federation
     con = results.connect(args.db)
     total = sum(rounds_of(m, protocol) for m in methods)
-    bar = tqdm(total=total, unit="epoch", desc=f"{fed.family}/{fed.dataset}", disable=args.no_progress, file=sys.stderr)
-    if not args.json:
+    if not args.json:  # before the bar, which would otherwise carry it on its line
         print(
             f"{fed.family} on {fed.dataset}: {fed.num_clients} clients, {_clusters(scenario.truth)}; "
             f"{protocol.epochs} epochs; methods {', '.join(methods)}",
             file=sys.stderr,
         )
+    if args.device == "cpu":  # a first run compiles and times the kernels here, saying so, not inside epoch 1
+        from ..models import cpu_kernels
+
+        cpu_kernels.extension()
+    bar = tqdm(total=total, unit="epoch", desc=f"{fed.family}/{fed.dataset}", disable=args.no_progress, file=sys.stderr)
     out, failed = [], []
     workers = args.workers or default_workers()
     try:
@@ -153,6 +157,7 @@ def run_command(args) -> int:
         print(json.dumps({"results": [_as_json(res, row) for res, row in out]}))
     else:
         _print_table(out, protocol)
+    print(f"fedcond: {len(out)} row(s) saved to {args.db or results.default_db_path()}", file=sys.stderr)
     if failed:
         print(
             f"fedcond: {len(failed)} of {len(methods)} methods failed (recorded as failed): "

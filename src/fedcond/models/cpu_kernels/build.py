@@ -20,6 +20,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +133,8 @@ def compile_variant(variant: str) -> Path:
         with file_lock(path.with_suffix(".lock")):
             if path.exists():  # another process built it while this one waited
                 return path
+            # a first run's first epoch would otherwise sit silent for seconds under a wrong estimate
+            print(f"fedcond: compiling the CPU kernels for this machine ({variant}; once, seconds)", file=sys.stderr)
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
             os.close(fd)
             try:

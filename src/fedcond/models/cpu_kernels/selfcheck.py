@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -223,6 +224,7 @@ def cached_timings(library: Path, layers: ModuleType) -> dict:
         found = read()  # another process may have measured while this one waited
         if found is not None:
             return found
+        print("fedcond: timing the CPU kernels against torch's layers (once per build; a few seconds)", file=sys.stderr)
         data = {"key": key, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "timings": measure(layers)}
         tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, indent=1))
