@@ -219,6 +219,8 @@ def test_run_with_a_plugin_finds_its_method_and_model_in_two_worker_processes(tm
     for r in rows.values():
         assert r["status"] == "ok" and r["extra"]["plugins"] == [EXAMPLE] and r["protocol"]["model"] == "mlp"
     assert rows["FedAvgM(beta=0.5)"]["hyperparameters"] == {"beta": 0.5, "server_lr": 1.0}
+    shown = _fedcond("config", "show", str(rows["FedAvg"]["id"]), "--db", str(tmp_path / "r.sqlite"))
+    assert 'plugin = ["examples.plugins.fedavgm"]' in shown.stdout and 'model = "mlp"' in shown.stdout, shown.stderr
     without = _fedcond("run", "--methods", "FedAvgM", "--db", str(tmp_path / "r.sqlite"))
     assert without.returncode == 2 and "unknown method 'FedAvgM'" in without.stderr
 
@@ -338,6 +340,15 @@ def test_a_sweep_names_a_cell_by_the_model_as_registered(registries, tmp_path, m
         assert main(["sweep", "E1/mnist/K=2/rich", "--protocol", "smoke", "--methods", "fedavgm", "--model", spelling,
                      "--plugin", EXAMPLE, "--db", str(tmp_path / "d.sqlite"), "--dry-run"]) == 0
         assert "todo  E1/mnist/K=2/rich  FedAvgM  seed 0  [smoke[model=mlp]]" in capsys.readouterr().out
+
+
+def test_a_configuration_file_names_its_plugins_as_a_list(registries, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    config = tmp_path / "sweep.toml"
+    config.write_text(f'[sweep]\nplugin = ["{EXAMPLE}"]\nmodel = "MLP"\nmethods = ["FedAvgM"]\nprotocol = "smoke"\n')
+    assert main(["sweep", "E1/mnist/K=2/rich", "--config", str(config), "--db", str(tmp_path / "d.sqlite"),
+                 "--dry-run"]) == 0
+    assert "todo  E1/mnist/K=2/rich  FedAvgM  seed 0  [smoke[model=mlp]]" in capsys.readouterr().out
 
 
 # ---- (v) a bad plug-in is one line and exit 2 ----------------------------------------------------
