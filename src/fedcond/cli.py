@@ -304,6 +304,44 @@ def _add_run_command(sub) -> None:
     run.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     run.add_argument("--json", action="store_true", help="print results as JSON")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_extension_args(run)
+
+
+def _add_extension_args(p: argparse.ArgumentParser, model: bool = True) -> None:
+    """--plugin (modules that register algorithms, datasets, models, statistics; docs/extending.md)
+    and, where something trains, --model."""
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import this module first (repeatable), here and in every worker process: it registers its own "
+        "methods, datasets, models or statistics (fedcond.plugins); installed plug-ins load by themselves",
+    )
+    if model:
+        p.add_argument(
+            "--model",
+            help="the network by name: " + _models_help() + " or a plug-in's (default: chosen by input shape)",
+        )
+
+
+def _models_help() -> str:
+    from .models.registry import MODELS
+
+    return ", ".join(MODELS)
+
+
+def _load_plugin_args(args) -> None:
+    """Import the --plugin modules before any name is read (a failure: one line, exit 2); --model
+    as registered, so that `mlp` and `MLP` name one sweep cell."""
+    if getattr(args, "plugin", None):
+        from .plugin_loading import import_plugins
+
+        import_plugins(args.plugin)
+    if getattr(args, "model", None) is not None:
+        from .models.registry import canonical_model
+
+        args.model = canonical_model(args.model)
 
 
 CONFIG_HELP = (
@@ -361,6 +399,7 @@ def _add_sweep_command(sub) -> None:
     )
     _add_protocol_args(sw)
     sw.add_argument("--groups", help=GROUPS_HELP)
+    _add_extension_args(sw)
 
 
 def _add_report_command(sub) -> None:
@@ -381,6 +420,7 @@ def _add_report_command(sub) -> None:
         help="also refill the reproduction-summary block of this README "
         "(between its '<!-- reproduction summary: begin' and 'end -->' markers) for --protocol",
     )
+    _add_extension_args(rep, model=False)
 
 
 def _add_study_command(sub) -> None:
@@ -423,6 +463,7 @@ def _add_scenario_command(sub) -> None:
     desc.add_argument(
         "--plot", metavar="FILE.png", help="draw the label distribution per client (stacked bars and a heat map)"
     )
+    _add_extension_args(desc, model=False)
 
 
 def _add_data_command(sub) -> None:
@@ -480,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         from .engine import denormals
 
         denormals.apply()  # checks FEDCOND_DENORMALS before anything runs; sets this thread's mode
+        _load_plugin_args(args)
         if args.command == "run":
             from .commands.run import run_command
 

@@ -24,6 +24,18 @@ def feature_map(fed, protocol: Protocol, data_dir=None):
     raise FedcondError(f"no feature map for client statistics of {fed.input_shape} images")
 
 
+def _feature_map_when_used(fed, protocol: Protocol, data_dir=None):
+    """feature_map; for images it has none for, a phi that says so only when called: a plug-in's
+    statistic (or dataset of another shape) may need no feature map."""
+    if fed.input_shape in ((1, 28, 28), (3, 32, 32)):
+        return feature_map(fed, protocol, data_dir)
+
+    def refuse(x):
+        return feature_map(fed, protocol, data_dir)  # raises: no feature map for this shape
+
+    return refuse
+
+
 def client_statistics(
     scenario: Scenario, protocol: Protocol, data_dir=None, seed: int = 0, ids=None
 ) -> tuple[np.ndarray, torch.Tensor]:
@@ -40,7 +52,7 @@ def raw_statistics(fed, protocol: Protocol, data_dir=None, seed: int = 0, client
     clients = fed.clients if clients is None else clients
     ids = list(range(len(clients))) if ids is None else list(ids)
     stat = S.STATISTICS[S.check_statistic(protocol.statistic)]
-    phi = feature_map(fed, protocol, data_dir) if stat.uses_data else None
+    phi = _feature_map_when_used(fed, protocol, data_dir) if stat.uses_data else None
     return stat.compute(
         [c.x_train for c in clients],
         [c.y_train for c in clients],

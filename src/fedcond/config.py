@@ -111,6 +111,9 @@ def expand(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
             if not isinstance(value, bool):
                 raise FedcondError(f"{path}: {key} is a switch: true or false")
             tokens += [f"--{name}"] if value else []
+        elif isinstance(action, argparse._AppendAction):  # repeatable (--plugin): one option per item
+            for item in value if isinstance(value, list) else [value]:
+                tokens += [f"--{name}", _token(path, key, item)]
         else:
             tokens += [f"--{name}", _token(path, key, value)]
     return [command, *front, *tokens, *rest]
@@ -145,6 +148,7 @@ _PROTOCOL_OPTIONS = (
     "holdout_clients",
     "eval_every",
     "precision",
+    "model",
 )
 
 
@@ -154,6 +158,10 @@ def _toml_value(v) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     return json.dumps(str(v))  # a JSON string is a TOML basic string
+
+
+def _toml_list(values: list) -> str:
+    return "[" + ", ".join(_toml_value(v) for v in values) + "]"
 
 
 def row_config(db: str, row_id: int) -> str:
@@ -178,6 +186,9 @@ def row_config(db: str, row_id: int) -> str:
     from .experiments import PROTOCOLS
 
     options: dict = {"methods": row["method"], "seed": row["seed"]}
+    modules = [p for p in json.loads(row["extra"] or "{}").get("plugins", []) if not p.startswith("entry point ")]
+    if modules:  # the --plugin modules it ran with (entry points load by themselves where installed)
+        options["plugin"] = modules
     if row["experiment"]:
         from .experiments import parse_variant
 
@@ -195,5 +206,7 @@ def row_config(db: str, row_id: int) -> str:
     unset = {k: v for k, v in protocol.items() if k not in _PROTOCOL_OPTIONS and v != getattr(base, k, v)}
     if unset:
         lines.append(f"# not settable from the command line, differs from the {preset} preset: {unset}")
-    lines += ["[run]"] + [f"{k} = {_toml_value(v)}" for k, v in options.items()]
+    lines += ["[run]"] + [
+        f"{k} = {_toml_list(v) if isinstance(v, list) else _toml_value(v)}" for k, v in options.items()
+    ]
     return "\n".join(lines) + "\n"

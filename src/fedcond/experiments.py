@@ -88,6 +88,7 @@ PROTOCOL_OPTIONS = (
     "holdout_clients",
     "eval_every",
     "precision",
+    "model",
 )
 SCENARIO_OPTIONS = ("groups",)
 

@@ -34,6 +34,7 @@ class Protocol:
         0  # evaluate every this many rounds (and after the last): the curve, best-round accuracy; 0: final only
     )
     precision: str = "fp32"  # local SGD arithmetic: fp32 (paper) | bf16 (autocast, fp32 weights; engine/precision.py)
+    model: str | None = None  # a network by name (models.registry, plug-ins' too); None: the choice by input shape
 
     @property
     def rounds(self) -> int:
@@ -56,7 +57,19 @@ class Protocol:
 
         check_statistic(self.statistic)
         check_name(self.precision)
+        if self.model is not None:
+            from .models.registry import canonical_model
+
+            object.__setattr__(self, "model", canonical_model(self.model))  # as registered, whatever the case given
         return self
+
+    def as_record(self) -> dict:
+        """The protocol as rows and checkpoints record it; `model` only where one is named, so the
+        record of a run on the default networks is what it was before models had names."""
+        d = dataclasses.asdict(self)
+        if d["model"] is None:
+            del d["model"]
+        return d
 
     def replace(self, **changes) -> "Protocol":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None}).validate()

@@ -28,11 +28,12 @@ def workers_at_our_priority() -> None:
     os.environ.setdefault(WORKER_NICENESS_ENV, "0")
 
 
-def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush"):
+def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush", plugins: tuple[str, ...] = ()):
     import torch
 
     from .engine import denormals
     from .errors import FedcondError as Err
+    from .plugin_loading import import_plugins
     from .results import versions
     from .run import Failure
     from .simulate import run_method
@@ -41,14 +42,18 @@ def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush"):
     denormals.apply()
     torch.set_num_threads(1)
     try:  # the node's versions (CPU, torch), which its row records, not the driver's
+        import_plugins(plugins)  # the driver's --plugin modules (installed on the node, or in Ray's working_dir)
         return run_method(spec.build(), method, protocol, seed, data_dir=spec.data_dir), versions()
     except Err as e:
         return Failure(method, str(e)), versions()
 
 
-def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[int, object, dict]]:
+def run_cells_on_ray(
+    tasks: list[tuple], address: str | None, plugins: tuple[str, ...] | None = None
+) -> Iterator[tuple[int, object, dict]]:
     """tasks: (spec, method, protocol, seed) each; yields (task index, MethodResult | Failure, the versions
-    where it ran: results.versions() on its node) as they finish.
+    where it ran: results.versions() on its node) as they finish. `plugins`: modules each task imports
+    first (None: the driver's --plugin modules, plugin_loading; each node must be able to import them).
 
     address: "local" starts a private Ray instance on this machine, whatever cluster RAY_ADDRESS or
     a previous `ray start` names; "auto" (that cluster), "host:port" or "ray://host:port" joins one.
@@ -72,8 +77,11 @@ def run_cells_on_ray(tasks: list[tuple], address: str | None) -> Iterator[tuple[
         from .engine import denormals
 
         remote = ray.remote(num_cpus=1)(_cell)
+        from .plugin_loading import loaded_modules
+
         mode = denormals.wanted()  # nodes do not share the driver's environment
-        refs = {remote.remote(*t, mode): i for i, t in enumerate(tasks)}
+        plugins = loaded_modules() if plugins is None else tuple(plugins)
+        refs = {remote.remote(*t, mode, plugins): i for i, t in enumerate(tasks)}
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)

@@ -8,7 +8,6 @@ and every worker rebuilds the scenario from its spec (deterministic given the se
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing as mp
 import os
 import queue
@@ -26,6 +25,7 @@ from .errors import FedcondError
 from .engine import SGDConfig, make_engine
 from .engine.pool import terminate_pool
 from .orphans import die_with_parent
+from .plugin_loading import import_plugins, loaded_modules
 from .protocol import Protocol
 from .scenarios import Scenario, ScenarioSpec
 from .simulate import MethodResult, run_method
@@ -51,13 +51,14 @@ def default_workers() -> int:
 _worker: dict = {}
 
 
-def _init_worker(spec: ScenarioSpec, progress_queue) -> None:
+def _init_worker(spec: ScenarioSpec, progress_queue, plugins: tuple[str, ...] = ()) -> None:
     import signal
 
     die_with_parent()  # a sweep killed with SIGKILL takes its workers with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
     torch.set_num_threads(1)
     try:
+        import_plugins(plugins)  # the parent's --plugin modules, before any name is resolved here
         _worker["scenario"] = spec.build()
     except FedcondError as e:  # an initializer's exception breaks the pool (a traceback): say it with each job instead
         _worker["unavailable"] = str(e)
@@ -87,7 +88,7 @@ def checkpoint_for(
     """The checkpoint of one run in `directory` (None: no checkpoints), named by what makes the run."""
     if directory is None:
         return None
-    identity = {"scenario": spec.describe(), "method": method, "protocol": dataclasses.asdict(protocol), "seed": seed}
+    identity = {"scenario": spec.describe(), "method": method, "protocol": protocol.as_record(), "seed": seed}
     return Checkpoint(Path(directory), identity, every_seconds)
 
 
@@ -114,6 +115,7 @@ def run_methods(
     scenario: Scenario | None = None,
     checkpoints: "str | Path | None" = None,
     checkpoint_every: float = EVERY_SECONDS,
+    plugins: tuple[str, ...] | None = None,
 ) -> Iterator[MethodResult | Failure]:
     """Yield each method's result as soon as it finishes (in completion order).
 
@@ -125,24 +127,39 @@ def run_methods(
 
     With at least as many methods as workers, methods run side by side, one per process; with
     fewer, they run one after another and their clients are spread over the workers instead.
+    `plugins`: modules every worker process imports first (plugin_loading; None: those this
+    process imported, `--plugin` and fedcond.load_plugins).
     """
+    plugins = loaded_modules() if plugins is None else tuple(plugins)
     if workers <= 1 or len(methods) < workers or device != "cpu":
         yield from _run_in_process(
-            spec, methods, protocol, seed, workers, on_round, device, failures, scenario, checkpoints, checkpoint_every
+            spec,
+            methods,
+            protocol,
+            seed,
+            workers,
+            on_round,
+            device,
+            failures,
+            scenario,
+            checkpoints,
+            checkpoint_every,
+            plugins,
         )
     else:
         yield from _run_in_pool(
-            spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every
+            spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every, plugins
         )
 
 
 def _run_in_process(
-    spec, methods, protocol, seed, workers, on_round, device, failures, scenario, checkpoints, checkpoint_every
+    spec, methods, protocol, seed, workers, on_round, device, failures, scenario, checkpoints, checkpoint_every, plugins
 ) -> Iterator[MethodResult | Failure]:
     """One method after another in this process; their clients spread over `workers` (the engine's pool)."""
     torch.set_num_threads(1)
+    import_plugins(plugins)
     scenario = scenario if scenario is not None else spec.build()
-    engine = make_engine(SGDConfig.of(protocol), workers, device)
+    engine = make_engine(SGDConfig.of(protocol), workers, device, plugins)
     try:
         for m in methods:
             ckpt = checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every)
@@ -171,7 +188,7 @@ def _run_in_process(
 
 
 def _run_in_pool(
-    spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every
+    spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every, plugins
 ) -> Iterator[MethodResult | Failure]:
     """Methods side by side, one per worker process; results in completion order."""
     ctx = mp.get_context("spawn")
@@ -179,7 +196,7 @@ def _run_in_pool(
     manager.start(die_with_parent)
     progress = manager.Queue()
     pool = ProcessPoolExecutor(
-        min(workers, len(methods)), mp_context=ctx, initializer=_init_worker, initargs=(spec, progress)
+        min(workers, len(methods)), mp_context=ctx, initializer=_init_worker, initargs=(spec, progress, plugins)
     )
     with pool:
         ckpts = {m: checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every) for m in methods}

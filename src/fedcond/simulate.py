@@ -19,6 +19,7 @@ from .engine import Engine, SGDConfig, make_engine, predict
 from .errors import FedcondError
 from .holdout import Unseen, evaluate_unseen, hold_out, unseen_statistics
 from .models import ModelSpec
+from .plugin_loading import plugins_record
 from .protocol import Protocol
 from .results import pack_hits
 from .scenarios import Scenario
@@ -95,7 +96,7 @@ def make_context(
     fed = scenario.federation
     if alg.conditioned and stats is None:
         stats = client_statistics(scenario, protocol, data_dir, seed)[1]
-    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
+    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std, protocol.model)
     return Context(
         federation=fed,
         plain_model=plain,
@@ -259,6 +260,8 @@ def final_evaluation(
     hits = sample_hits(eval_ctx, state, alg.conditioned)
     per_client, weighted = accuracies(hits)
     extra = dict(state.metrics)
+    if plugins_record():  # the plug-ins loaded where it ran: what produced the row, beside its method
+        extra["plugins"] = plugins_record()
     extra["test_hits"] = pack_hits(hits)  # which test samples were right (results.unpack_hits)
     if resumed_after is not None:
         extra["resumed_after_round"] = (

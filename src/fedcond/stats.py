@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .errors import FedcondError
+from .plugin_loading import load_entry_points
 
 DEFAULT_NUM_EIGENVALUES = 32  # SPEC A.2: l = 32 (l = 8 gave similar results)
 
@@ -170,6 +171,7 @@ def statistic_dim(name: str, num_eigenvalues: int, num_classes: int) -> int:
 
 
 def check_statistic(name: str) -> str:
+    load_entry_points()  # installed plug-ins may register statistics
     if name not in STATISTICS:
         raise FedcondError(f"unknown statistic '{name}'; choose {', '.join(STATISTICS)}")
     return name

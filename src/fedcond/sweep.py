@@ -10,7 +10,6 @@ starts where possible, else when its row would be the second.
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import sys
 import time
@@ -106,7 +105,7 @@ def _record(con, cell: Cell, spec, proto, res, counts: dict, ran_with: dict | No
             scenario=spec.describe(),
             method=res.method,
             seed=cell.seed,
-            protocol=dataclasses.asdict(proto),
+            protocol=proto.as_record(),
             result=None if error else res,
             experiment=exp.name,
             protocol_name=cell.protocol_name,

@@ -12,7 +12,7 @@ from fedcond.errors import ChecksumMismatch, DatasetMissing, FedcondError
 
 
 def test_public_names():
-    assert fd.DATASETS == ("digits", "mnist", "fmnist", "cifar10", "cifar100", "emnist", "pacs", "office_caltech")
+    assert tuple(fd.DATASETS) == ("digits", "mnist", "fmnist", "cifar10", "cifar100", "emnist", "pacs", "office_caltech")
     for name in ("ImageData", "DomainData", "load", "download", "verify", "resolve_data_dir"):
         assert hasattr(fd, name)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import FedcondError
 from ..grammar import CALL, COMPOSITE, coerce, field_types, key_values, split_list
+from ..plugin_loading import load_entry_points
 from .base import Algorithm
 from .registry import ALGORITHMS, DEFAULT_METHODS, JDFL_BASES, PAPER_METHODS, PLUGIN_ARGS, PLUGINS
 
@@ -18,6 +19,7 @@ def _wrapper() -> type:
 
 def _registered(name: str, choices) -> str | None:
     """`name` as `choices` spell it (any case), or None."""
+    load_entry_points()  # installed plug-ins may register algorithms
     return {k.lower(): k for k in choices}.get(name.strip().lower())
 
 
@@ -114,6 +116,7 @@ def resolve_methods(spec: str | None) -> list[str]:
     else a comma list (commas inside a plug-in's parentheses kept), validated and canonically cased."""
     if spec is None:
         return list(DEFAULT_METHODS)
+    load_entry_points()
     if spec.strip().lower() == "registry":
         return list(ALGORITHMS)
     if spec.strip().lower() == "all":

@@ -68,6 +68,7 @@ def run_command(args) -> int:
         holdout_clients=args.holdout_clients,
         eval_every=args.eval_every,
         precision=args.precision,
+        model=args.model,
     )
     from ..engine.precision import check_supported
 
@@ -131,7 +132,7 @@ def run_command(args) -> int:
                 scenario=spec.describe(),
                 method=res.method,
                 seed=args.seed,
-                protocol=dataclasses.asdict(protocol),
+                protocol=protocol.as_record(),
                 result=None if error else res,
                 device=args.device,
                 experiment=experiment.name if experiment else None,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from fedcond.errors import FedcondError
+from fedcond.plugin_loading import load_entry_points
 
 from . import cifar, digits, emnist, mnist, office_caltech, pacs
 from .container import check_file
@@ -12,7 +14,52 @@ from .paths import data_dir_origin, missing, resolve_data_dir
 from .split import redownload
 from .types import DomainData, ImageData
 
-DATASETS: tuple[str, ...] = ("digits", "mnist", "fmnist", "cifar10", "cifar100", "emnist", "pacs", "office_caltech")
+
+def _digits(data_dir, **options) -> ImageData:
+    return digits.load_digits()
+
+
+def _mnist_like(name: str):
+    def load_it(data_dir, **options) -> ImageData:
+        return mnist.load_mnist_like(name, resolve_data_dir(data_dir), data_dir_origin(data_dir))
+
+    return load_it
+
+
+def _cifar10(data_dir, **options) -> ImageData:
+    return cifar.load_cifar10(resolve_data_dir(data_dir), data_dir_origin(data_dir))
+
+
+def _cifar100(data_dir, **options) -> ImageData:
+    return cifar.load_cifar100(resolve_data_dir(data_dir), data_dir_origin(data_dir))
+
+
+def _emnist(data_dir, **options) -> ImageData:
+    return emnist.load_emnist(resolve_data_dir(data_dir), data_dir_origin(data_dir), **options)
+
+
+def _pacs(data_dir, **options) -> DomainData:
+    return pacs.load_pacs(resolve_data_dir(data_dir), data_dir_origin(data_dir), **options)
+
+
+def _office_caltech(data_dir, **options) -> DomainData:
+    return office_caltech.load_office_caltech(resolve_data_dir(data_dir), data_dir_origin(data_dir), **options)
+
+
+# Every dataset by name: (data_dir as given, None: $FEDCOND_DATA or the user cache; the options
+# below) -> ImageData | DomainData. Plug-ins add theirs (fedcond.plugins.register_dataset).
+DatasetLoader = Callable[..., "ImageData | DomainData"]
+DATASETS: dict[str, DatasetLoader] = {
+    "digits": _digits,
+    "mnist": _mnist_like("mnist"),
+    "fmnist": _mnist_like("fmnist"),
+    "cifar10": _cifar10,
+    "cifar100": _cifar100,
+    "emnist": _emnist,
+    "pacs": _pacs,
+    "office_caltech": _office_caltech,
+}
+BUILTIN_DATASETS = tuple(DATASETS)
 _ALIASES = {"fashion_mnist": "fmnist", "office_caltech_10": "office_caltech", "office_caltech10": "office_caltech"}
 # load() options each dataset accepts
 OPTIONS: dict[str, tuple[str, ...]] = {
@@ -24,11 +71,18 @@ OPTIONS: dict[str, tuple[str, ...]] = {
 
 def normalize_name(name: str) -> str:
     """The canonical dataset name (case and ``-``/``_`` insensitive); FedcondError for an unknown one."""
+    load_entry_points()  # installed plug-ins may register datasets
     key = str(name).strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     if key not in DATASETS:
         raise FedcondError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
     return key
+
+
+def is_builtin(name: str) -> bool:
+    """Whether `name` (any case, aliases too) is one of fedcond's own datasets, not a plug-in's."""
+    key = str(name).strip().lower().replace("-", "_")
+    return _ALIASES.get(key, key) in BUILTIN_DATASETS
 
 
 def load(name: str, data_dir: str | Path | None = None, **options) -> ImageData | DomainData:
@@ -37,7 +91,8 @@ def load(name: str, data_dir: str | Path | None = None, **options) -> ImageData 
     Options: ``emnist``: ``split="balanced"`` or ``"byclass"``; ``pacs``: ``domains=``
     (names, in the order wanted); ``office_caltech``: ``domains=``, ``size=112``.
     Raises DatasetMissing when the files are absent and ChecksumMismatch when a file
-    is damaged; ``digits`` needs no file.
+    is damaged; ``digits`` needs no file. A plug-in's dataset is whatever its loader returns,
+    checked to be an ImageData or a DomainData.
     """
     name = normalize_name(name)
     allowed = OPTIONS.get(name, ())
@@ -45,20 +100,12 @@ def load(name: str, data_dir: str | Path | None = None, **options) -> ImageData 
     if unknown:
         takes = ", ".join(allowed) if allowed else "no options"
         raise FedcondError(f"dataset {name} has no option {', '.join(unknown)} (it takes {takes})")
-    if name == "digits":
-        return digits.load_digits()
-    root, origin = resolve_data_dir(data_dir), data_dir_origin(data_dir)
-    if name in ("mnist", "fmnist"):
-        return mnist.load_mnist_like(name, root, origin)
-    if name == "cifar10":
-        return cifar.load_cifar10(root, origin)
-    if name == "cifar100":
-        return cifar.load_cifar100(root, origin)
-    if name == "emnist":
-        return emnist.load_emnist(root, origin, **options)
-    if name == "pacs":
-        return pacs.load_pacs(root, origin, **options)
-    return office_caltech.load_office_caltech(root, origin, **options)
+    data = DATASETS[name](data_dir, **options)
+    if name not in BUILTIN_DATASETS and not isinstance(data, (ImageData, DomainData)):
+        raise FedcondError(
+            f"dataset {name}: its loader returned {type(data).__name__}, not fedcond.data.ImageData or DomainData"
+        )
+    return data
 
 
 def _files(name: str) -> list[str]:
@@ -81,6 +128,8 @@ def verify(name: str, data_dir: str | Path | None = None) -> str:
     checksums: its images are only counted.
     """
     name = normalize_name(name)
+    if name not in BUILTIN_DATASETS:
+        return f"{name}: a plug-in's dataset; fedcond knows no files or checksums for it"
     if name == "digits":
         import sklearn
 

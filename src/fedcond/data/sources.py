@@ -163,6 +163,8 @@ def download(
     root = resolve_data_dir(data_dir)
     if name == "digits":
         return []
+    if name not in REMOTES and name not in ("pacs", "office_caltech"):
+        raise FedcondError(f"{name} is a plug-in's dataset: fedcond has no source to download it from")
     if name in ("pacs", "office_caltech"):
         manual = pacs.MANUAL if name == "pacs" else office_caltech.MANUAL
         raise FedcondError(f"{name} cannot be downloaded by fedcond: {manual.format(root=root)}")

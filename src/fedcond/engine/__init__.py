@@ -62,12 +62,13 @@ def check_device(device: str) -> str:
     raise FedcondError(f"device '{device}' is not available here; use cpu or cuda")
 
 
-def make_engine(sgd: SGDConfig, workers: int = 1, device: str = "cpu") -> Engine:
+def make_engine(sgd: SGDConfig, workers: int = 1, device: str = "cpu", plugins: tuple[str, ...] = ()) -> Engine:
     """The fastest backend for the device: stacked-parameter vmap on a GPU; on a CPU a pool of
-    single-thread workers when several cores are granted, else the loop."""
+    single-thread workers when several cores are granted, else the loop. `plugins`: modules the
+    pool's workers import before building a model (a plug-in's network by name)."""
     if device != "cpu":
         return VmapEngine(sgd, device=device)
-    return PoolEngine(sgd, workers) if workers > 1 else LoopEngine(sgd)
+    return PoolEngine(sgd, workers, plugins) if workers > 1 else LoopEngine(sgd)
 
 
 __all__ = [

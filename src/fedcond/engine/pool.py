@@ -28,15 +28,17 @@ from .memory import keep_freed_memory
 _models: dict = {}  # worker side: one working model per ModelSpec
 
 
-def _init_worker() -> None:
+def _init_worker(plugins: tuple[str, ...] = ()) -> None:
     import signal
 
     from ..orphans import die_with_parent
+    from ..plugin_loading import import_plugins
 
     die_with_parent()  # a run killed with SIGKILL takes its workers with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
     torch.set_num_threads(1)
     keep_freed_memory()
+    import_plugins(plugins)  # the parent's --plugin modules: a ModelSpec may name a plug-in's network
 
 
 def _model(spec):
@@ -76,16 +78,19 @@ class PoolEngine:
 
     name = "pool"
 
-    def __init__(self, sgd: SGDConfig = SGDConfig(), workers: int = 2):
+    def __init__(self, sgd: SGDConfig = SGDConfig(), workers: int = 2, plugins: tuple[str, ...] = ()):
         self.sgd = sgd
         self.workers = workers
+        self.plugins = tuple(plugins)
         self._pool: ProcessPoolExecutor | None = None
         self._local = LoopEngine(sgd)  # single jobs skip the round trip
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             ctx = mp.get_context("spawn")  # no inherited OpenMP state, same on every OS
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker)
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=ctx, initializer=_init_worker, initargs=(self.plugins,)
+            )
         return self._pool
 
     def train(self, spec, jobs: list[Job]) -> list[JobResult]:

@@ -330,7 +330,7 @@ def server_context(
     stat_dim = S.statistic_dim(protocol.statistic, protocol.num_eigenvalues, fed.num_classes)
     if conditioned:
         secure_normalisation(exchange, list(range(run.clients)), stat_dim, run.normalisation, log)
-    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std)
+    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std, protocol.model)
     engine = FlowerEngine(exchange, SGDConfig.of(protocol), run.min_replies)
     return ServerContext(
         federation=fed,

@@ -61,9 +61,19 @@ class Discovery:
     elbow: int  # what the elbow rule picks (recorded even when M was fixed)
 
 
+def has_blocks(model: torch.nn.Module) -> bool:
+    """Whether the network has fedcond's conv `blocks` (subsets B and C); a plug-in's may not."""
+    return isinstance(getattr(model, "blocks", None), torch.nn.ModuleList)
+
+
 def layer_names(model: torch.nn.Module, subset: str) -> tuple[str, ...]:
     """state_dict keys of the parameters in a layer subset (A/B/C), found by module identity."""
     modules = [model.head]
+    if subset in ("B", "C") and not has_blocks(model):
+        raise FedcondError(
+            f"JDFL's layer subset {subset} takes the last conv blocks (`blocks`) of fedcond's own networks; "
+            "with another network use layers=A (the head only)"
+        )
     if subset in ("B", "C"):
         modules.append(model.blocks[-1])
     if subset == "C":
@@ -89,7 +99,8 @@ def update_snapshots(ctx, epochs: int, batch_size: int | None = None) -> tuple[d
     spec = ctx.spec(False)
     w0 = ctx.init_params(False)
     with torch.random.fork_rng(devices=[]):
-        keep = layer_names(spec.build(), "C")
+        model = spec.build()
+        keep = layer_names(model, "C" if has_blocks(model) else "A")  # the widest subset the network has
     sgd = dataclasses.replace(ctx.sgd, batch_size=batch_size) if batch_size else None
     n = ctx.federation.num_clients
     current = [w0] * n

@@ -10,6 +10,7 @@ import torch.nn as nn
 from ..errors import FedcondError
 from .cnn import cifar_cnn, mnist_cnn
 from .light_cnn import LightCNN
+from .registry import MODELS, canonical_model
 
 
 @dataclass(frozen=True)
@@ -20,13 +21,16 @@ class ModelSpec:
     conditioning: str = "concat"
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+    model: str | None = None  # a registered network by name (models.registry); None: the choice by input shape
 
     @property
     def conditioned(self) -> bool:
         return self.stat_dim > 0
 
     def build(self) -> nn.Module:
-        return model_for(self.input_shape, self.num_classes, self.stat_dim, self.conditioning, self.mean, self.std)
+        return model_for(
+            self.input_shape, self.num_classes, self.stat_dim, self.conditioning, self.mean, self.std, self.model
+        )
 
 
 def model_for(
@@ -36,9 +40,13 @@ def model_for(
     conditioning: str = "concat",
     mean=None,
     std=None,
+    model: str | None = None,
 ) -> nn.Module:
-    """The backbone for an input shape: 1x28x28 -> mnist_cnn, 3x32x32 -> cifar_cnn (the paper's);
-    RGB of 64 px or more (PACS, Office-Caltech at 112) -> JDFL's light CNN."""
+    """The network `model` names (models.registry: built-in or a plug-in's), else the backbone for
+    an input shape: 1x28x28 -> mnist_cnn, 3x32x32 -> cifar_cnn (the paper's); RGB of 64 px or more
+    (PACS, Office-Caltech at 112) -> JDFL's light CNN."""
+    if model is not None:
+        return MODELS[canonical_model(model)](tuple(input_shape), num_classes, stat_dim, conditioning, mean, std)
     kw = {} if mean is None else {"mean": tuple(mean), "std": tuple(std)}
     c, h, w = tuple(input_shape)
     if c == 3 and min(h, w) >= 64:

@@ -171,7 +171,10 @@ class ScenarioSpec:
         return {k: v for k, v in d.items() if v is not None}
 
     def resolved_groups(self) -> str | None:
-        """E1 / E2a: the class groups as '0,1,2|3,4' (no data read); None for other families."""
+        """E1 / E2a: the class groups as '0,1,2|3,4' (no data read); None for other families, and
+        for a plug-in's dataset (its class count is not known without reading it)."""
+        if not data.registry.is_builtin(self.dataset):
+            return None
         if self.family == "E1" and self.dataset != "cifar100":
             return G.format_groups(G.e1_groups(self.dataset, self.k or 2, self.groups))
         if self.family == "E2a":

@@ -1,0 +1,1 @@
+"""Plug-in modules to pass with `--plugin` (docs/extending.md)."""
