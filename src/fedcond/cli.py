@@ -44,6 +44,8 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "min_replies": (1, 100_000),
     "workers": (1, 1_024),
     "nodes": (1, 10_000),  # fedcond flower keys: SuperNodes of a test federation
+    "limit": (1, 10**9),  # fedcond results list: rows shown
+    "id": (1, 2**63 - 1),  # fedcond results show: a row id (SQLite's INTEGER)
 }
 
 
@@ -232,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_command(sub)
     _add_data_command(sub)
     _add_doctor_command(sub)
+    _add_results_command(sub)
     from .commands.flower import add_parser as add_flower_parser
 
     add_flower_parser(sub, _positive_int)
@@ -393,6 +396,12 @@ def _add_doctor_command(sub) -> None:
     )
 
 
+def _add_results_command(sub) -> None:
+    from .commands.results import add_parser
+
+    add_parser(sub, _positive_int)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that every `finally` runs: worker pools stop and are
     reaped, databases close; rows already written stay."""
@@ -437,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
             from .commands.flower import flower_command
 
             return flower_command(args)
+        if args.command == "results":
+            from .commands.results import results_command
+
+            return results_command(args)
         if args.command == "report":
             from .report import write_report
 
