@@ -266,6 +266,19 @@ def _add_run_command(sub) -> None:
     run.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
     run.add_argument("--json", action="store_true", help="print results as JSON")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_track_arg(run)
+
+
+def _add_track_arg(p: argparse.ArgumentParser) -> None:
+    from .tracking import TRACK_HELP, parse_track
+
+    def track(text: str):
+        try:
+            return parse_track(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    p.add_argument("--track", action="append", type=track, metavar="KIND:TARGET", help=TRACK_HELP)
 
 
 def _add_experiments_command(sub) -> None:

@@ -14,6 +14,7 @@ from ..errors import EXIT_INCOMPLETE, FedcondError
 from ..algorithms import resolve_methods
 from ..run import Failure, default_workers, rounds_of, run_methods
 from ..scenarios import ScenarioSpec
+from ..tracking import Trackers
 
 
 def scenario_spec(args, default_k: int) -> ScenarioSpec:
@@ -90,6 +91,10 @@ def run_command(args) -> int:
         )
     out, failed = [], []
     workers = args.workers or default_workers()
+    trackers = Trackers(
+        args.track or [],
+        {"scenario": spec.describe(), "protocol": dataclasses.asdict(protocol), "seed": args.seed},
+    )
     try:
         for res in run_methods(
             spec,
@@ -101,6 +106,7 @@ def run_command(args) -> int:
             device=args.device,
             scenario=scenario,
             failures="return",
+            on_metrics=trackers.on_round if trackers.trackers else None,
         ):
             error = res.reason if isinstance(res, Failure) else None  # e.g. diverged: recorded, and the others go on
             row = results.run_row(
@@ -125,6 +131,7 @@ def run_command(args) -> int:
                     f"{args.db or results.default_db_path()}; use another --db or --seed"
                 ) from None
             out.append((res, row))
+            trackers.finish(res.method, _summary(row))
             if error:
                 failed.append(res)
                 bar.write(f"  {res.method}: FAILED: {error}", file=sys.stderr)
@@ -133,6 +140,7 @@ def run_command(args) -> int:
     finally:
         bar.close()
         con.close()
+        trackers.close()
     out.sort(key=lambda item: methods.index(item[0].method))
     if args.json:
         print(json.dumps({"results": [_as_json(res, row) for res, row in out]}))
@@ -146,6 +154,12 @@ def run_command(args) -> int:
         )
         return EXIT_INCOMPLETE
     return 0
+
+
+def _summary(row: dict) -> dict:
+    """A finished run as its trackers record it: the row's id, status and final numbers, or its error."""
+    keys = ("id", "status", "error") if row["status"] != "ok" else ("id", "status", "accuracy", "weighted_accuracy")
+    return {k: row[k] for k in (*keys, "seconds") if row.get(k) is not None}
 
 
 def _as_json(res, row: dict) -> dict:
