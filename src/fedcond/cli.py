@@ -224,6 +224,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedcond", description="Client-conditional federated learning and its baselines.")
+    _add_version_option(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_command(sub)
     _add_experiments_command(sub)
@@ -240,6 +241,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_flower_parser(sub, _positive_int)
     _validate_options(parser)
     return parser
+
+
+def _add_version_option(parser: argparse.ArgumentParser) -> None:
+    """--version: the package version and the commit, read as results rows read it (version.read_revision)."""
+    from .version import read_revision, version_text
+
+    class _Version(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(version_text(read_revision()))
+            parser.exit()
+
+    parser.add_argument("--version", nargs=0, action=_Version, help="the version and git commit of this fedcond")
 
 
 def _add_run_command(sub) -> None:
