@@ -53,6 +53,7 @@ cd "$WORK"
 XDG_DATA_HOME="$WORK/xdg" "$WORK/venv/bin/fedcond" run --methods FedAvg,Conditional-FedAvg --epochs 1 --k 2 \
     --workers 1 --no-progress --db "$WORK/smoke.sqlite"
 "$WORK/venv/bin/fedcond" results list --db "$WORK/smoke.sqlite"
+"$WORK/venv/bin/fedcond" results show 1 --db "$WORK/smoke.sqlite" | grep -E "^(git_rev|versions):"  # rows name the stamped commit
 echo "== the C++ kernels compiled from the wheel's sources (a fresh cache)"
 XDG_CACHE_HOME="$WORK/cache" "$WORK/venv/bin/fedcond" doctor | grep -iE "kernel|isa|compil" || true
 echo "== ok"
