@@ -97,3 +97,12 @@ def test_run_tracks_every_round_and_the_curve(capsys, tmp_path, workers):
         assert [[x["round"], x["accuracy"], x["weighted_accuracy"]] for x in rounds if "accuracy" in x] == curve
         (finish,) = [x for x in lines if x["method"] == method and x["event"] == "finish"]
         assert finish["accuracy"] == res["accuracy"] and finish["id"] == res["id"]
+
+
+def test_a_tracker_that_cannot_open_stops_the_run_before_training(capsys, tmp_path):
+    argv = ["run", "--methods", "FedAvg", "--epochs", "1", "--k", "2", "--no-progress", "--db", str(tmp_path / "r.sqlite"),
+            "--track", f"jsonl:{tmp_path / 'missing' / 't.jsonl'}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedcond: error: --track jsonl: cannot open") and len(err.splitlines()) == 1
+    assert not (tmp_path / "r.sqlite").exists()  # nothing trained, nothing recorded

@@ -82,7 +82,10 @@ class TensorBoardTracker:
     def start(self, method: str, params: dict) -> RoundTracker:
         from torch.utils.tensorboard import SummaryWriter
 
-        writer = SummaryWriter(log_dir=str(self.log_dir / _safe_name(method)))
+        try:
+            writer = SummaryWriter(log_dir=str(self.log_dir / _safe_name(method)))
+        except OSError as e:
+            raise FedcondError(f"--track tensorboard: cannot write to {self.log_dir}: {e.strerror or e}") from None
         writer.add_text("params", "    " + json.dumps(params, sort_keys=True, indent=1).replace("\n", "\n    "))
         self._writers.append(writer)
         return _TensorBoardRun(writer)
@@ -124,9 +127,13 @@ class MlflowTracker:
     def __init__(self, uri: str):
         from mlflow.tracking import MlflowClient
 
-        self.client = MlflowClient(tracking_uri=uri)
-        found = self.client.get_experiment_by_name(self.EXPERIMENT)
-        self.experiment_id = found.experiment_id if found else self.client.create_experiment(self.EXPERIMENT)
+        try:
+            self.client = MlflowClient(tracking_uri=uri)
+            found = self.client.get_experiment_by_name(self.EXPERIMENT)
+            self.experiment_id = found.experiment_id if found else self.client.create_experiment(self.EXPERIMENT)
+        except Exception as e:  # the user's URI: MLflow raises its own kinds (MlflowException, OSError, ...)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise FedcondError(f"--track mlflow: cannot use tracking URI {uri}: {first}") from None
 
     def start(self, method: str, params: dict) -> RoundTracker:
         run = self.client.create_run(self.experiment_id, run_name=method)

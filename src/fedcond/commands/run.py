@@ -80,6 +80,10 @@ def run_command(args) -> int:
         spec = scenario_spec(args, default_k=5)
     scenario = spec.build()  # fails fast, with a clear message, before any worker starts
     fed = scenario.federation
+    trackers = Trackers(  # before anything trains: a tracker that cannot open is one line and exit 2
+        args.track or [],
+        {"scenario": spec.describe(), "protocol": dataclasses.asdict(protocol), "seed": args.seed},
+    )
     con = results.connect(args.db)
     total = sum(rounds_of(m, protocol) for m in methods)
     bar = tqdm(total=total, unit="epoch", desc=f"{fed.family}/{fed.dataset}", disable=args.no_progress, file=sys.stderr)
@@ -91,10 +95,6 @@ def run_command(args) -> int:
         )
     out, failed = [], []
     workers = args.workers or default_workers()
-    trackers = Trackers(
-        args.track or [],
-        {"scenario": spec.describe(), "protocol": dataclasses.asdict(protocol), "seed": args.seed},
-    )
     try:
         for res in run_methods(
             spec,
