@@ -55,13 +55,16 @@ def test_show_readable_and_json(db, capsys):
     assert row["status"] == "failed" and row["error"] == "diverged" and row["git_rev"] == results.git_revision()
 
 
-@pytest.mark.parametrize("argv", [["show", "9"], ["list", "--status", "bad"], ["export", "--format", "xml", "--out", "x"]])
-def test_bad_input_is_one_line_and_exit_2(db, capsys, argv):
+@pytest.mark.parametrize("argv", [["show", "9"], ["list", "--status", "bad"], ["export", "--format", "xml", "--out", "x"],
+                                  ["export", "--format", "csv", "--out", "x", "--method", "Nothing"]])
+def test_bad_input_is_one_line_and_exit_2(db, capsys, argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     try:
         code = main(["results", *argv, "--db", db])
     except SystemExit as e:
         code = e.code
     assert code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
 
 
 def test_missing_database_is_refused_not_created(tmp_path, capsys):

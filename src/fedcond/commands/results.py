@@ -130,6 +130,8 @@ def results_command(args) -> int:
         print(json.dumps(row, indent=2, sort_keys=False) if args.json else "\n".join(readable(row)))
         return 0
     rows = read_rows(args.db, _filter_of(args))
+    if not rows:  # a file without columns would read as a broken export
+        raise FedcondError("no run matches the filters; nothing written")
     export(rows, args.format, Path(args.out))
     print(f"{len(rows)} rows -> {args.out}", file=sys.stderr)
     return 0
