@@ -46,6 +46,8 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "workers": (1, 1_024),
     "nodes": (1, 10_000),  # fedcond flower keys: SuperNodes of a test federation
     "row": (1, 2**63 - 1),  # config show: a SQLite row id
+    "limit": (1, 10**9),  # fedcond results list: rows shown
+    "id": (1, 2**63 - 1),  # fedcond results show: a row id (SQLite's INTEGER)
 }
 
 
@@ -255,6 +257,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedcond", description="Client-conditional federated learning and its baselines.")
+    _add_version_option(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_command(sub)
     _add_experiments_command(sub)
@@ -266,11 +269,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_command(sub)
     _add_doctor_command(sub)
     _add_config_command(sub)
+    _add_results_command(sub)
     from .commands.flower import add_parser as add_flower_parser
 
     add_flower_parser(sub, _positive_int)
     _validate_options(parser)
     return parser
+
+
+def _add_version_option(parser: argparse.ArgumentParser) -> None:
+    """--version: the package version and the commit, read as results rows read it (version.read_revision)."""
+    from .version import read_revision, version_text
+
+    class _Version(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(version_text(read_revision()))
+            parser.exit()
+
+    parser.add_argument("--version", nargs=0, action=_Version, help="the version and git commit of this fedcond")
 
 
 def _add_run_command(sub) -> None:
@@ -305,6 +321,7 @@ def _add_run_command(sub) -> None:
     run.add_argument("--json", action="store_true", help="print results as JSON")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     _add_extension_args(run)
+    _add_track_arg(run)
 
 
 def _add_extension_args(p: argparse.ArgumentParser, model: bool = True) -> None:
@@ -356,6 +373,18 @@ def _add_config_command(sub) -> None:
     show = cfg_sub.add_parser("show", help="print a `fedcond run --config` file (TOML) that reproduces row ROW")
     show.add_argument("row", type=_positive_int, help="the row's id (fedcond results list shows them)")
     show.add_argument("--db", help="results database (default: the user data dir's results.sqlite)")
+
+
+def _add_track_arg(p: argparse.ArgumentParser) -> None:
+    from .tracking import TRACK_HELP, parse_track
+
+    def track(text: str):
+        try:
+            return parse_track(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    p.add_argument("--track", action="append", type=track, metavar="KIND:TARGET", help=TRACK_HELP)
 
 
 def _add_experiments_command(sub) -> None:
@@ -493,6 +522,12 @@ def _add_doctor_command(sub) -> None:
     )
 
 
+def _add_results_command(sub) -> None:
+    from .commands.results import add_parser
+
+    add_parser(sub, _positive_int)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that every `finally` runs: worker pools stop and are
     reaped, databases close; rows already written stay."""
@@ -554,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(row_config(args.db or str(default_db_path()), args.row), end="")
             return 0
+        if args.command == "results":
+            from .commands.results import results_command
+
+            return results_command(args)
         if args.command == "report":
             from .report import write_report
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import platformdirs
 
 from .errors import FedcondError
+from .version import read_revision
 
 SCHEMA_VERSION = 2  # 2: experiment cells (protocol_name, status, error, unique index)
 
@@ -87,23 +87,15 @@ def connect(path: str | Path | None = None) -> sqlite3.Connection:
     return con
 
 
-def _read_git_revision() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
-        )
-        return out.stdout.strip() if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 # Read when this module is first imported, i.e. when the process loaded its code: a sweep runs for
 # hours while commits land, and its rows must name the code that made them, not the newest commit.
-_REVISION = _read_git_revision()
+# version.read_revision: a wheel's build stamp first, else git in a checkout.
+_REVISION = read_revision()[0]
 
 
 def git_revision() -> str:
-    """The commit of the code this process runs (read at import; "unknown" outside a git checkout)."""
+    """The commit of the code this process runs (read at import; "unknown" outside a git checkout
+    unless the package was built with its revision stamped)."""
     return _REVISION
 
 

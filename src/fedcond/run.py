@@ -51,7 +51,7 @@ def default_workers() -> int:
 _worker: dict = {}
 
 
-def _init_worker(spec: ScenarioSpec, progress_queue, plugins: tuple[str, ...] = ()) -> None:
+def _init_worker(spec: ScenarioSpec, progress_queue, plugins: tuple[str, ...] = (), tracked: bool = False) -> None:
     import signal
 
     die_with_parent()  # a sweep killed with SIGKILL takes its workers with it
@@ -64,6 +64,7 @@ def _init_worker(spec: ScenarioSpec, progress_queue, plugins: tuple[str, ...] = 
         _worker["unavailable"] = str(e)
     _worker["spec"] = spec
     _worker["queue"] = progress_queue
+    _worker["tracked"] = tracked  # also send each round's metrics (run_methods' on_metrics)
 
 
 def _run_in_worker(method: str, protocol: Protocol, seed: int, checkpoint: Checkpoint | None) -> MethodResult:
@@ -76,7 +77,8 @@ def _run_in_worker(method: str, protocol: Protocol, seed: int, checkpoint: Check
         method,
         protocol,
         seed,
-        on_round=lambda r, s: q.put((method, r)),
+        on_round=lambda r, s: q.put((method, r, None)),
+        on_metrics=(lambda r, m: q.put((method, r, m))) if _worker["tracked"] else None,
         data_dir=spec.data_dir,
         checkpoint=checkpoint,
     )
@@ -116,6 +118,7 @@ def run_methods(
     checkpoints: "str | Path | None" = None,
     checkpoint_every: float = EVERY_SECONDS,
     plugins: tuple[str, ...] | None = None,
+    on_metrics: Callable[[str, int, dict], None] | None = None,
 ) -> Iterator[MethodResult | Failure]:
     """Yield each method's result as soon as it finishes (in completion order).
 
@@ -124,6 +127,7 @@ def run_methods(
     `checkpoints`: a directory where each run saves its progress every `checkpoint_every` seconds
     and resumes from it (fedcond.checkpoint); a run's file is removed once the caller has taken its
     result (the generator resumes after the yield, so after the caller recorded it).
+    `on_metrics(method, round, metrics)`: every round's metrics (simulate.round_metrics), in this process.
 
     With at least as many methods as workers, methods run side by side, one per process; with
     fewer, they run one after another and their clients are spread over the workers instead.
@@ -145,15 +149,38 @@ def run_methods(
             checkpoints,
             checkpoint_every,
             plugins,
+            on_metrics,
         )
     else:
         yield from _run_in_pool(
-            spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every, plugins
+            spec,
+            methods,
+            protocol,
+            seed,
+            workers,
+            on_round,
+            failures,
+            checkpoints,
+            checkpoint_every,
+            plugins,
+            on_metrics,
         )
 
 
 def _run_in_process(
-    spec, methods, protocol, seed, workers, on_round, device, failures, scenario, checkpoints, checkpoint_every, plugins
+    spec,
+    methods,
+    protocol,
+    seed,
+    workers,
+    on_round,
+    device,
+    failures,
+    scenario,
+    checkpoints,
+    checkpoint_every,
+    plugins,
+    on_metrics=None,
 ) -> Iterator[MethodResult | Failure]:
     """One method after another in this process; their clients spread over `workers` (the engine's pool)."""
     torch.set_num_threads(1)
@@ -173,6 +200,7 @@ def _run_in_process(
                     data_dir=spec.data_dir,
                     on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None,
                     checkpoint=ckpt,
+                    on_metrics=(lambda r, x, m=m: on_metrics(m, r, x)) if on_metrics else None,
                 )
             except FedcondError as e:
                 if failures != "return":
@@ -188,7 +216,7 @@ def _run_in_process(
 
 
 def _run_in_pool(
-    spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every, plugins
+    spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every, plugins, on_metrics=None
 ) -> Iterator[MethodResult | Failure]:
     """Methods side by side, one per worker process; results in completion order."""
     ctx = mp.get_context("spawn")
@@ -196,7 +224,10 @@ def _run_in_pool(
     manager.start(die_with_parent)
     progress = manager.Queue()
     pool = ProcessPoolExecutor(
-        min(workers, len(methods)), mp_context=ctx, initializer=_init_worker, initargs=(spec, progress, plugins)
+        min(workers, len(methods)),
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(spec, progress, plugins, on_metrics is not None),
     )
     with pool:
         ckpts = {m: checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every) for m in methods}
@@ -204,11 +235,11 @@ def _run_in_pool(
         pending = set(futures)
         try:
             while pending:
-                _drain(progress, on_round)
+                _drain(progress, on_round, on_metrics)
                 done = [f for f in pending if f.done()]
                 for f in done:
                     pending.discard(f)
-                    _drain(progress, on_round)
+                    _drain(progress, on_round, on_metrics)
                     try:
                         res = f.result()
                     except ScenarioUnavailable:
@@ -222,9 +253,7 @@ def _run_in_pool(
                         ckpts[futures[f]].remove()
                 if not done:
                     try:
-                        item = progress.get(timeout=0.2)
-                        if on_round:
-                            on_round(*item)
+                        _deliver(progress.get(timeout=0.2), on_round, on_metrics)
                     except queue.Empty:
                         pass
         except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: finished results are already yielded
@@ -234,11 +263,20 @@ def _run_in_pool(
             manager.shutdown()
 
 
-def _drain(q, on_round) -> None:
+def _deliver(item: tuple, on_round, on_metrics) -> None:
+    """A worker's message: (method, round, None) a round done, (method, round, metrics) its metrics."""
+    method, r, metrics = item
+    if metrics is None:
+        if on_round:
+            on_round(method, r)
+    elif on_metrics:
+        on_metrics(method, r, metrics)
+
+
+def _drain(q, on_round, on_metrics=None) -> None:
     while True:
         try:
             item = q.get_nowait()
         except queue.Empty:
             return
-        if on_round:
-            on_round(*item)
+        _deliver(item, on_round, on_metrics)

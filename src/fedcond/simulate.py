@@ -197,12 +197,14 @@ def run_method(
     engine: Engine | None = None,
     data_dir=None,
     checkpoint: "Checkpoint | None" = None,
+    on_metrics: Callable[[int, dict], None] | None = None,
 ) -> MethodResult:
     """Train one method on one scenario for protocol.epochs passes; evaluate on local test sets.
 
     `engine` defaults to the in-process loop; pass a PoolEngine to spread clients over processes.
     `checkpoint` (fedcond.checkpoint): resume from its saved rounds, and save progress there as
     training goes; the caller removes it once the result is recorded.
+    `on_metrics(round, metrics)`: after every round (1-based), its metrics (round_metrics), for trackers.
     """
     start = time.perf_counter()
     run = prepare_run(scenario, method, protocol, seed, stats, hyper, engine, data_dir)
@@ -220,6 +222,8 @@ def run_method(
         if protocol.eval_every and ((r + 1) % protocol.eval_every == 0 or r + 1 == rounds):
             pc, w = evaluate(alg.evaluation_context(ctx, state), state, alg.conditioned)
             curve.append([r + 1, float(np.mean(pc)), float(w)])
+        if on_metrics is not None:
+            on_metrics(r + 1, round_metrics(r, state, curve))
         if checkpoint is not None and r + 1 < rounds and checkpoint.due():
             checkpoint.save(r + 1, state, curve, earlier + time.perf_counter() - start)
         if on_round is not None:
@@ -241,6 +245,15 @@ def run_method(
         hyperparameters=hyperparameters(alg),
         extra=extra,
     )
+
+
+def round_metrics(r: int, state: State, curve: list) -> dict[str, float]:
+    """What a tracker sees of round r (0-based): the training loss, and the accuracies where the run
+    evaluated this round (the curve's last point)."""
+    out = {"train_loss": float(state.train_loss)}
+    if curve and curve[-1][0] == r + 1:
+        out.update(accuracy=curve[-1][1], weighted_accuracy=curve[-1][2])
+    return out
 
 
 def final_evaluation(

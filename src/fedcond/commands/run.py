@@ -14,6 +14,7 @@ from ..errors import EXIT_INCOMPLETE, FedcondError
 from ..algorithms import resolve_methods
 from ..run import Failure, default_workers, needs_missing_truth, rounds_of, run_methods
 from ..scenarios import ScenarioSpec
+from ..tracking import Trackers
 
 
 def scenario_spec(args, default_k: int) -> ScenarioSpec:
@@ -98,6 +99,10 @@ def run_command(args) -> int:
         )
     scenario = spec.build()  # fails fast, with a clear message, before any worker starts
     fed = scenario.federation
+    trackers = Trackers(  # before anything trains: a tracker that cannot open is one line and exit 2
+        args.track or [],
+        {"scenario": spec.describe(), "protocol": dataclasses.asdict(protocol), "seed": args.seed},
+    )
     con = results.connect(args.db)
     total = sum(rounds_of(m, protocol) for m in methods)
     if not args.json:  # before the bar, which would otherwise carry it on its line
@@ -124,6 +129,7 @@ def run_command(args) -> int:
             device=args.device,
             scenario=scenario,
             failures="return",
+            on_metrics=trackers.on_round if trackers.trackers else None,
         ):
             error = res.reason if isinstance(res, Failure) else None  # e.g. diverged: recorded, and the others go on
             row = results.run_row(
@@ -148,6 +154,7 @@ def run_command(args) -> int:
                     f"{args.db or results.default_db_path()}; use another --db or --seed"
                 ) from None
             out.append((res, row))
+            trackers.finish(res.method, _summary(row))
             if error:
                 failed.append(res)
                 bar.write(f"  {res.method}: FAILED: {error}", file=sys.stderr)
@@ -156,6 +163,7 @@ def run_command(args) -> int:
     finally:
         bar.close()
         con.close()
+        trackers.close()
     out.sort(key=lambda item: methods.index(item[0].method))
     if args.json:
         print(json.dumps({"results": [_as_json(res, row) for res, row in out]}))
@@ -176,6 +184,12 @@ def _clusters(truth) -> str:
     if not truth.known:
         return "no true clusters"
     return f"{truth.num_clusters} cluster{'s' if truth.num_clusters != 1 else ''}"
+
+
+def _summary(row: dict) -> dict:
+    """A finished run as its trackers record it: the row's id, status and final numbers, or its error."""
+    keys = ("id", "status", "error") if row["status"] != "ok" else ("id", "status", "accuracy", "weighted_accuracy")
+    return {k: row[k] for k in (*keys, "seconds") if row.get(k) is not None}
 
 
 def _as_json(res, row: dict) -> dict:

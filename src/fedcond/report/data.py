@@ -34,10 +34,11 @@ class Database:
     ok: list[dict]  # status 'ok' rows of named experiments
     failed: list[dict]  # every row whose status is not 'ok', with its error
     total: int
-    ad_hoc: int  # rows without an experiment name (`fedcond run`): counted, not reported
+    ad_hoc: int  # rows without an experiment name (`fedcond run`), every status
     protocols: dict[str | None, int]  # protocol_name -> rows, every status
     git_revs: dict[str, tuple[int, str, str]]  # revision -> (rows, first created_at, last created_at)
     superseded: tuple[tuple[str, int], ...] = ()  # (reason, rows) moved out of the tables (results.supersede)
+    ad_hoc_ok: tuple[dict, ...] = ()  # status 'ok' rows without an experiment name (report/adhoc.py)
 
 
 def read_database(db_path: str | Path | None) -> Database:
@@ -54,6 +55,9 @@ def read_database(db_path: str | Path | None) -> Database:
             for r in con.execute(f"SELECT * FROM runs WHERE status = 'ok' AND experiment IS NOT NULL {_ORDER}")
         ]
         failed = [_decode(r) for r in con.execute(f"SELECT * FROM runs WHERE status != 'ok' {_ORDER}")]
+        ad_hoc_ok = tuple(
+            _decode(r) for r in con.execute("SELECT * FROM runs WHERE status = 'ok' AND experiment IS NULL ORDER BY id")
+        )
         total, ad_hoc = con.execute("SELECT COUNT(*), SUM(experiment IS NULL) FROM runs").fetchone()
         protocols = {p: n for p, n in con.execute("SELECT protocol_name, COUNT(*) FROM runs GROUP BY protocol_name")}
         revs = {
@@ -69,7 +73,7 @@ def read_database(db_path: str | Path | None) -> Database:
     finally:
         con.close()
     return Database(
-        path, ok, failed, int(total), int(ad_hoc or 0), protocols, revs, gone
+        path, ok, failed, int(total), int(ad_hoc or 0), protocols, revs, gone, ad_hoc_ok
     )  # as given: reports get committed
 
 

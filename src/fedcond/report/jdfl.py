@@ -12,6 +12,7 @@ import math
 import statistics
 
 from ..experiments import DISCOVERY_GRID, JDFL_DATASETS, JDFL_SLOT_SWEEP
+from .curves import GLOBAL, Line, Panel, draw_curves
 from .tables import _table, pct
 
 BASES = ("FedAvg", "SCAFFOLD", "FedDyn", "FedDC", "FedProc")
@@ -206,34 +207,21 @@ def _curves(short: str, rows: list[dict], protocol: str | None, out_dir) -> list
     curves = {m: c for m, c in curves.items() if c}
     if not curves or out_dir is None:
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from pathlib import Path
 
     bases = [b for b in BASES if any(base_of(m) == b for m in curves)]
-    fig, axes = plt.subplots(1, len(bases), figsize=(3.2 * len(bases), 3), sharey=True, squeeze=False)
-    for ax, b in zip(axes[0], bases):
+    panels = []
+    for b in bases:
         variants = [(m, "-.") for m in sorted(curves) if base_of(m) == b and m not in MAIN_CELLS]
-        for m, style in ((b, "-"), (f"{b}+jdfl-graded", "--"), (f"{b}+jdfl-random", ":"), *variants):
-            runs = curves.get(m)
-            if not runs:
-                continue
-            n = min(len(c) for c in runs)
-            xs = [runs[0][i][0] for i in range(n)]
-            ys = [100 * statistics.fmean(c[i][2] for c in runs) for i in range(n)]
-            ax.plot(xs, ys, style, label=m.replace(b, "base") if m != b else "standalone")
-        ax.set_title(b)
-        ax.set_xlabel("round")
-    axes[0][0].set_ylabel("global test accuracy, %")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+        lines = [
+            Line(m.replace(b, "base") if m != b else "standalone", style, curves[m])
+            for m, style in ((b, "-"), (f"{b}+jdfl-graded", "--"), (f"{b}+jdfl-random", ":"), *variants)
+            if curves.get(m)
+        ]
+        panels.append(Panel(b, lines))
     tag = (protocol or "none").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "")
     name = f"jdfl_curves_{short}_{tag}.png"
-    path = Path(out_dir) / name
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    draw_curves(panels, Path(out_dir) / name, "global test accuracy, %", GLOBAL)
     return [
         f"![JDFL {short}: global accuracy against rounds]({name})",
         "",

@@ -148,7 +148,7 @@ def header(db: Database, protocol_filter: str | None) -> list[str]:
         "",
         f"- Database: `{db.path}`",
         f"- Rows: {db.total} ({ok_named} finished experiment runs, {len(db.failed)} failed, "
-        f"{db.ad_hoc} ad-hoc runs without an experiment name, not reported)",
+        f"{db.ad_hoc} ad-hoc runs without an experiment name" + (", under Ad-hoc runs)" if db.ad_hoc_ok else ")"),
         "- Protocols: "
         + (
             ", ".join(

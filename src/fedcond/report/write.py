@@ -10,6 +10,7 @@ from ..algorithms import PAPER_METHODS
 from ..errors import FedcondError
 from ..experiments import PROTOCOLS
 from . import tables as md
+from .adhoc import adhoc_section, protocol_of
 from .jdfl import jdfl_section, protocol_probes_section
 from .readme import summary_lines, update_readme
 from .data import cells as make_cells
@@ -61,7 +62,7 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ok, failed = db.ok, db.failed
-    seen = set(db.protocols)
+    seen = set(db.protocols) | {protocol_of(r) for r in db.ad_hoc_ok}  # ad-hoc runs: named as a sweep would
     if protocol_name is not None:
         if protocol_name not in seen and protocol_name not in PROTOCOLS:
             held = ", ".join(sorted(str(p) for p in seen)) or "none"
@@ -134,6 +135,7 @@ def write_report(
                 lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
     if shows_published:
         lines[legend_at:legend_at] = md.cells_legend()
+    lines += adhoc_section(list(db.ad_hoc_ok), protocol_name, out)
     lines += md.newcomers_section(ok)
     lines += protocol_probes_section(ok, out)
     lines += md.walltime_section(ok + beside)  # every row a table above reads
