@@ -80,7 +80,7 @@ def test_rows_name_the_commit_the_process_loaded_not_a_later_one(tmp_path, monke
 
     def later_commit(*args, **kwargs):
         raise AssertionError("git asked again after import")
-    monkeypatch.setattr(results.subprocess, "run", later_commit)
+    monkeypatch.setattr("fedcond.version.subprocess.run", later_commit)  # where the revision is read (version.py)
     db = tmp_path / "s.sqlite"
     run_sweep(plan(select("E1/mnist/K=2/rich"), "Local", [0], "smoke"), str(db), str(SHARED), workers=1,
               progress=False, log=lambda s: None)
