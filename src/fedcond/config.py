@@ -135,21 +135,6 @@ _SCENARIO_OPTIONS = {
     "sigma": "sigma",
     "samples": "samples",
 }
-# the protocol's fields a command-line option sets (the others are the preset's)
-_PROTOCOL_OPTIONS = (
-    "epochs",
-    "local_epochs",
-    "lr",
-    "momentum",
-    "conditioning",
-    "stats_normalisation",
-    "encoder_source",
-    "statistic",
-    "holdout_clients",
-    "eval_every",
-    "precision",
-    "model",
-)
 
 
 def _toml_value(v) -> str:
@@ -178,15 +163,19 @@ def row_config(db: str, row_id: int) -> str:
         con.close()
     if row is None:
         raise FedcondError(f"no row {row_id} in {db}")
-    scenario, protocol = json.loads(row["scenario"]), json.loads(row["protocol"])
+    from .results import decode_row
+
+    row = decode_row(row)
+    scenario, protocol = row["scenario"], row["protocol"]
     lines = [
         f"# fedcond run --config FILE: reproduces row {row_id} of {db}",
         f"# ({row['created_at']}, {row['device']})",
     ]
-    from .experiments import PROTOCOLS
+    # the protocol's fields a command-line option sets (the others are the preset's): what a sweep's cell names
+    from .experiments import PROTOCOL_OPTIONS, PROTOCOLS
 
     options: dict = {"methods": row["method"], "seed": row["seed"]}
-    modules = [p for p in json.loads(row["extra"] or "{}").get("plugins", []) if not p.startswith("entry point ")]
+    modules = [p for p in (row["extra"] or {}).get("plugins", []) if not p.startswith("entry point ")]
     if modules:  # the --plugin modules it ran with (entry points load by themselves where installed)
         options["plugin"] = modules
     if row["experiment"]:
@@ -194,16 +183,16 @@ def row_config(db: str, row_id: int) -> str:
 
         options["experiment"] = row["experiment"]
         preset, changes = parse_variant(row["protocol_name"] or "paper")
-        options.update({k: v for k, v in changes.items() if k not in _PROTOCOL_OPTIONS})  # e.g. groups
+        options.update({k: v for k, v in changes.items() if k not in PROTOCOL_OPTIONS})  # e.g. groups
     else:
         preset = next((p for p, (_, f) in PROTOCOLS.items() if f == scenario.get("fraction", 1.0)), "paper")
         options.update({opt: scenario[k] for k, opt in _SCENARIO_OPTIONS.items() if scenario.get(k) is not None})
     options["protocol"] = preset
     base = PROTOCOLS[preset][0]
-    for k in _PROTOCOL_OPTIONS:
+    for k in PROTOCOL_OPTIONS:
         if protocol.get(k) is not None:
             options[k] = protocol[k]
-    unset = {k: v for k, v in protocol.items() if k not in _PROTOCOL_OPTIONS and v != getattr(base, k, v)}
+    unset = {k: v for k, v in protocol.items() if k not in PROTOCOL_OPTIONS and v != getattr(base, k, v)}
     if unset:
         lines.append(f"# not settable from the command line, differs from the {preset} preset: {unset}")
     lines += ["[run]"] + [

@@ -166,13 +166,23 @@ def run_row(
     }
 
 
-_JSON_COLUMNS = ("scenario", "protocol", "hyperparameters", "per_client", "extra", "versions")
+# the runs table's columns stored as JSON text: encoded by save_row, decoded by decode_row
+JSON_COLUMNS = ("scenario", "protocol", "hyperparameters", "per_client", "extra", "versions")
+
+
+def decode_row(row: sqlite3.Row) -> dict:
+    """A row read back as a dict, its JSON columns decoded."""
+    out = dict(row)
+    for k in JSON_COLUMNS:
+        if out.get(k) is not None:
+            out[k] = json.loads(out[k])
+    return out
 
 
 def save_row(con: sqlite3.Connection, row: dict) -> int:
     """Insert one run_row in its own transaction; returns its id."""
     values = {
-        k: (None if v is None else json.dumps(v, sort_keys=True)) if k in _JSON_COLUMNS else v for k, v in row.items()
+        k: (None if v is None else json.dumps(v, sort_keys=True)) if k in JSON_COLUMNS else v for k, v in row.items()
     }
     with con:
         cur = con.execute(

@@ -14,8 +14,7 @@ from pathlib import Path
 from .. import results
 from ..errors import FedcondError
 
-# the runs table's columns stored as JSON text (results._JSON_COLUMNS), decoded on reading
-JSON_COLUMNS = ("scenario", "protocol", "hyperparameters", "per_client", "extra", "versions")
+JSON_COLUMNS = results.JSON_COLUMNS  # the runs table's columns stored as JSON text
 EXPORT_FORMATS = ("csv", "json", "parquet")
 
 
@@ -58,21 +57,13 @@ def _open(db: str | None) -> sqlite3.Connection:
     return con
 
 
-def decode(row: sqlite3.Row) -> dict:
-    out = dict(row)
-    for k in JSON_COLUMNS:
-        if out.get(k) is not None:
-            out[k] = json.loads(out[k])
-    return out
-
-
 def read_rows(db: str | None, where: RowFilter, limit: int | None = None) -> list[dict]:
     """The matching rows, newest first (by id: the insertion order), JSON columns decoded."""
     sql, params = where.where()
     con = _open(db)
     try:
         query = f"SELECT * FROM runs{sql} ORDER BY id DESC" + (" LIMIT ?" if limit else "")
-        return [decode(r) for r in con.execute(query, params + ((limit,) if limit else ()))]
+        return [results.decode_row(r) for r in con.execute(query, params + ((limit,) if limit else ()))]
     except sqlite3.DatabaseError as e:
         raise FedcondError(f"cannot read results database {db}: {e}") from None
     finally:
@@ -87,7 +78,7 @@ def read_row(db: str | None, row_id: int) -> dict:
         con.close()
     if row is None:
         raise FedcondError(f"no run with id {row_id} in {db or results.default_db_path()}")
-    return decode(row)
+    return results.decode_row(row)
 
 
 def add_parser(sub, int_type) -> None:

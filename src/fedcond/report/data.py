@@ -11,7 +11,6 @@ import csv
 import functools
 import importlib.resources
 import io
-import json
 import sqlite3
 import statistics
 from dataclasses import dataclass, replace
@@ -22,7 +21,6 @@ from ..algorithms import ALGORITHMS, PAPER_METHODS
 from ..errors import FedcondError
 from ..experiments import EXPERIMENTS, parse_variant
 
-_JSON_COLUMNS = ("scenario", "protocol", "hyperparameters", "per_client", "extra", "versions")
 _ORDER = "ORDER BY experiment, protocol_name, method, seed, id"  # deterministic, whatever the insertion order
 
 
@@ -51,12 +49,13 @@ def read_database(db_path: str | Path | None) -> Database:
     try:
         con.row_factory = sqlite3.Row
         ok = [
-            _decode(r)
+            results.decode_row(r)
             for r in con.execute(f"SELECT * FROM runs WHERE status = 'ok' AND experiment IS NOT NULL {_ORDER}")
         ]
-        failed = [_decode(r) for r in con.execute(f"SELECT * FROM runs WHERE status != 'ok' {_ORDER}")]
+        failed = [results.decode_row(r) for r in con.execute(f"SELECT * FROM runs WHERE status != 'ok' {_ORDER}")]
         ad_hoc_ok = tuple(
-            _decode(r) for r in con.execute("SELECT * FROM runs WHERE status = 'ok' AND experiment IS NULL ORDER BY id")
+            results.decode_row(r)
+            for r in con.execute("SELECT * FROM runs WHERE status = 'ok' AND experiment IS NULL ORDER BY id")
         )
         total, ad_hoc = con.execute("SELECT COUNT(*), SUM(experiment IS NULL) FROM runs").fetchone()
         protocols = {p: n for p, n in con.execute("SELECT protocol_name, COUNT(*) FROM runs GROUP BY protocol_name")}
@@ -75,14 +74,6 @@ def read_database(db_path: str | Path | None) -> Database:
     return Database(
         path, ok, failed, int(total), int(ad_hoc or 0), protocols, revs, gone, ad_hoc_ok
     )  # as given: reports get committed
-
-
-def _decode(row: sqlite3.Row) -> dict:
-    out = dict(row)
-    for k in _JSON_COLUMNS:
-        if out.get(k) is not None:
-            out[k] = json.loads(out[k])
-    return out
 
 
 def load_runs(db_path: str | Path | None) -> list[dict]:
