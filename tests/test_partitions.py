@@ -232,10 +232,19 @@ def test_report_has_a_section_per_standard_family(tmp_path):
         results.save_run(con, family="dirichlet", dataset="mnist", scenario={"family": "dirichlet"}, method=method,
                          seed=0, protocol={"epochs": 1}, result=result, experiment="dirichlet/mnist/alpha=0.3/clients=100",
                          protocol_name="paper", status="ok", error=None)
+    result.accuracy = 0.876  # a variant's row (Conditional-FedAvg with class means) in a --protocol paper report
+    results.save_run(con, family="dirichlet", dataset="mnist", scenario={"family": "dirichlet"},
+                     method="Conditional-FedAvg", seed=0, protocol={"epochs": 1, "statistic": "class_means"},
+                     result=result, experiment="dirichlet/mnist/alpha=0.3/clients=100",
+                     protocol_name="paper[statistic=class_means]", status="ok", error=None)
     con.close()
-    text = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text()
+    text = write_report(tmp_path / "r.sqlite", tmp_path / "out", protocol_name="paper").read_text()
     section = text.split("### Standard partition: Dirichlet label skew (dirichlet)")[1].split("###")[0]
     assert "dirichlet/mnist/alpha=0.3/clients=100" in section and "95.0" in section and "91.0" in section
+    assert "| `paper[statistic=class_means]` |" in section and "87.6" in section
+    assert "| `paper` |" in section  # the protocol is a column: a variant's rows stand beside paper's
+    picture = tmp_path / "out" / "labels_dirichlet_mnist_alpha0.3_clients100.png"
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.name in section
     assert "dirichlet/" not in text.split("### Experiments without a published table")[1].split("###")[0]
 
 

@@ -307,25 +307,6 @@ def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, .
     return lines + _table(["experiment", "seeds"] + methods, rows) + [""] + stand_in_note(shown)
 
 
-def standard_section(protocol: str | None, cells: dict, label: str) -> list[str]:
-    """The standard partitions (dirichlet, pathological, shards, quantity): one table per family
-    that ran under this protocol, its experiments as rows and the methods that ran as columns."""
-    lines: list[str] = []
-    for family in STANDARD:
-        prefix = f"{family}/"
-        ran = {(e, m) for (p, e, m) in cells if p == protocol and e.startswith(prefix)}
-        if not ran:
-            continue
-        names = sorted({e for e, _ in ran}, key=experiment_order)
-        methods = sorted({m for _, m in ran}, key=method_order)
-        rows = [[name, _seeds_text([cells.get((protocol, name, m)) for m in methods])] for name in names]
-        for row, name in zip(rows, names):
-            row += [cell_text(cells.get((protocol, name, m)), None) for m in methods]
-        lines += [f"### Standard partition: {FAMILY_TITLES[family]} ({family}), {label}", ""]
-        lines += _table(["experiment", "seeds"] + methods, rows) + [""]
-    return lines
-
-
 CONTROL = "paper[statistic=random]"
 
 

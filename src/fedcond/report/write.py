@@ -13,6 +13,7 @@ from . import tables as md
 from .adhoc import adhoc_section, protocol_of
 from .jdfl import jdfl_section, protocol_probes_section
 from .readme import summary_lines, update_readme
+from .standard import standard_partitions_section
 from .data import cells as make_cells
 from .data import paper_results, protocol_order, published_tables, read_database, stands_in, with_stand_ins
 
@@ -122,7 +123,6 @@ def write_report(
             lines += md.control_section(p, cells, published)
             lines += md.ari_section(p, cells, label)
         lines += md.study_section(p, cells, label)
-        lines += md.standard_section(p, cells, label)
         lines += jdfl_section(p, ok, label, out, why)
         if not paper_sections:
             continue
@@ -135,6 +135,7 @@ def write_report(
                 lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
     if shows_published:
         lines[legend_at:legend_at] = md.cells_legend()
+    lines += standard_partitions_section(make_cells(db.ok, db.failed), out)
     lines += adhoc_section(list(db.ad_hoc_ok), protocol_name, out)
     lines += md.newcomers_section(ok)
     lines += protocol_probes_section(ok, out)
