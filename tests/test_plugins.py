@@ -37,13 +37,23 @@ EXAMPLE = "examples.plugins.fedavgm"
 @pytest.fixture
 def registries(monkeypatch):
     """Every registry and the plug-in bookkeeping as they were, after the test."""
-    saved = [(r, dict(r)) for r in (ALGORITHMS, data_registry.DATASETS, data_registry.OPTIONS, MODELS, STATISTICS)]
+    from fedcond.experiments import EXPERIMENTS
+    from fedcond.scenarios import families
+
+    saved = [
+        (r, dict(r))
+        for r in (ALGORITHMS, data_registry.DATASETS, data_registry.OPTIONS, MODELS, STATISTICS, EXPERIMENTS,
+                  families.FAMILIES, families.USER_PARTITIONS)
+    ]
+    lists = [(lst, list(lst)) for lst in (families.STANDARD, families.CLUSTERLESS)]
     monkeypatch.setattr(plugin_loading, "_imported", [])
     monkeypatch.setattr(sys, "path", list(sys.path))
     yield
     for registry, before in saved:  # in place: every importer holds these objects
         registry.clear()
         registry.update(before)
+    for lst, items in lists:
+        lst[:] = items
     for name in [m for m in sys.modules if m.split(".")[0] in ("examples", "fedcond_toy_plugin", "bad_plugin")]:
         del sys.modules[name]  # a later import registers again
 
@@ -134,6 +144,58 @@ def test_a_dataset_registered_by_code_builds_scenarios_and_bad_loaders_are_refus
     with pytest.raises(FedcondError, match="takes no options"):
         data_registry.load("toy_blobs", size=3)
     assert "plug-in's dataset" in data_registry.verify("toy_blobs")
+
+
+def test_a_partition_registered_by_code_is_a_scenario_family_with_sweep_names(registries):
+    from fedcond.experiments import select
+
+    toy = _toy()
+    fedcond.register_dataset("toy_blobs", toy.load_blobs)
+
+    @fedcond.register_partition("evens_odds", clusters=True)
+    def evens_odds(labels, num_classes, clients, rng):
+        cluster = np.arange(clients) % 2
+        parts = [np.zeros(0, np.int64)] * clients
+        for g in (0, 1):
+            members = np.flatnonzero(cluster == g)
+            for m, chunk in zip(members, np.array_split(rng.permutation(np.flatnonzero(labels % 2 == g)), len(members))):
+                parts[m] = chunk
+        return parts, cluster
+
+    spec = ScenarioSpec(family="Evens_Odds", dataset="toy_blobs", clients=4, seed=3)
+    a, b = spec.build(), spec.build()
+    assert spec.family == "evens_odds" and a.federation.num_clients == 4 and a.truth.known
+    assert a.truth.cluster.tolist() == [0, 1, 0, 1]
+    for i, c in enumerate(a.federation.clients):  # train and test labels follow the client's own parity
+        assert {int(y) % 2 for y in c.y_train} == {i % 2} and {int(y) % 2 for y in c.y_test} == {i % 2}
+        assert torch.equal(c.y_train, b.federation.clients[i].y_train)  # the same seed, the same split
+    other = ScenarioSpec(family="evens_odds", dataset="toy_blobs", clients=4, seed=4).build()
+    assert not torch.equal(other.federation.clients[0].y_train, a.federation.clients[0].y_train)
+    assert [e.name for e in select("evens_odds/mnist/*")] == ["evens_odds/mnist/clients=20", "evens_odds/mnist/clients=100"]
+    assert "Oracle" in select("evens_odds/mnist/clients=20")[0].methods
+    with pytest.raises(FedcondError, match="does not apply to evens_odds"):
+        ScenarioSpec(family="evens_odds", dataset="toy_blobs", clients=4, alpha=0.3).build()
+    with pytest.raises(FedcondError, match="already registered"):
+        fedcond.register_partition("dirichlet", lambda labels, C, n, rng: [])
+
+
+@pytest.mark.parametrize(
+    "returned, message",
+    [
+        (lambda labels, n: [np.arange(3)] * (n - 1), "returned 3 parts for 4 clients"),
+        (lambda labels, n: [np.arange(2)] * n, "more than one client"),
+        (lambda labels, n: [np.array([len(labels)])] + [np.zeros(0, np.int64)] * (n - 1), "outside 0.."),
+        (lambda labels, n: [np.array([0.5])] * n, "not a 1-d array of sample indices"),
+        (lambda labels, n: np.arange(n), "return one index array per client"),
+    ],
+)
+def test_a_partition_that_returns_nonsense_is_refused_in_one_line(registries, returned, message):
+    toy = _toy()
+    fedcond.register_dataset("toy_blobs", toy.load_blobs)
+    fedcond.register_partition("nonsense", lambda labels, C, n, rng: returned(labels, n))
+    with pytest.raises(FedcondError, match=message) as err:
+        ScenarioSpec(family="nonsense", dataset="toy_blobs", clients=4).build()
+    assert "\n" not in str(err.value) and "partition 'nonsense'" in str(err.value)
 
 
 def test_a_model_registered_by_code_is_built_by_name_and_conditioned_by_fedcond(registries):

@@ -47,7 +47,8 @@ def test_the_tutorial_runs_as_written(tmp_path):
     per_client = dict(con.execute("SELECT method, per_client FROM runs").fetchall())
     assert per_client["FedAvgM"] == per_client["FedAvg(server_opt=momentum)"]  # "the same numbers bit for bit"
     methods = {m for (m,) in sqlite3.connect(tmp_path / "tutorial.sqlite").execute(
-        "SELECT method FROM runs WHERE experiment = 'dirichlet/mnist/alpha=0.3/clients=100'")}
-    assert methods == {"FedAvg", "FedAvgM"}
+        "SELECT method FROM runs WHERE experiment = 'class_pairs/mnist/clients=20'")}
+    assert methods == {"FedAvg", "FedAvgM", "Oracle"}
     report = (tmp_path / "report" / "report.md").read_text()
-    assert "FedAvgM" in report
+    section = report.split("(class_pairs)")[1].split("\n## ")[0]
+    assert "FedAvgM" in section and "Oracle" in section and "labels_class_pairs_mnist_clients20.png" in section

@@ -1,7 +1,9 @@
 """An example plug-in: FedAvgM (Hsu et al., "Measuring the Effects of Non-Identical Data
-Distribution for Federated Visual Classification", 2019) and a small MLP.
+Distribution for Federated Visual Classification", 2019), a partition of its own (`class_pairs`)
+and a small MLP.
 
-    fedcond run --plugin examples.plugins.fedavgm --methods FedAvg,FedAvgM --model mlp
+    fedcond run --plugin examples.plugins.fedavgm --scenario class_pairs --clients 20 \
+        --methods FedAvg,FedAvgM --model mlp
 
 FedAvgM is FedAvg with momentum on the server: with d_r = w_r - avg_i(w_i) the round's average
 update, the server keeps v_{r+1} = beta v_r + d_r and sets w_{r+1} = w_r - server_lr v_{r+1}
@@ -15,12 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 import torch.nn as nn
 
 from fedcond.algorithms import Algorithm, Context, State
 from fedcond.algorithms.base import aggregate
-from fedcond.plugins import register_algorithm, register_model
+from fedcond.plugins import register_algorithm, register_model, register_partition
 
 
 @register_algorithm("FedAvgM")
@@ -60,6 +63,21 @@ class FedAvgM(Algorithm):
             train_loss=replies.loss,
             extra={"velocity": velocity},
         )
+
+
+@register_partition("class_pairs", clusters=True)
+def class_pairs(labels: np.ndarray, num_classes: int, clients: int, rng: np.random.Generator):
+    """Clients in num_classes // 2 clusters (client i in cluster i mod G); cluster g holds classes
+    2g and 2g+1, their samples dealt at random and evenly among the cluster's clients."""
+    groups = max(1, num_classes // 2)
+    cluster = np.arange(clients) % groups
+    parts = [np.zeros(0, dtype=np.int64) for _ in range(clients)]
+    for g in range(groups):
+        members = np.flatnonzero(cluster == g)
+        mine = rng.permutation(np.flatnonzero(labels // 2 == g))
+        for m, chunk in zip(members, np.array_split(mine, len(members))):
+            parts[m] = chunk
+    return parts, cluster  # one index array per client, and each client's true cluster
 
 
 class MLP(nn.Module):

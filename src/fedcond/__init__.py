@@ -3,7 +3,14 @@
 __version__ = "0.1.0"
 
 # The extension API (fedcond.plugins), imported on first use so that `import fedcond` stays light.
-_PLUGIN_API = ("register_algorithm", "register_dataset", "register_model", "register_statistic", "load_plugins")
+_PLUGIN_API = (
+    "register_algorithm",
+    "register_dataset",
+    "register_model",
+    "register_partition",
+    "register_statistic",
+    "load_plugins",
+)
 __all__ = ["__version__", *_PLUGIN_API]
 
 

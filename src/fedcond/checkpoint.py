@@ -79,6 +79,7 @@ class Resumed:
     state: object  # algorithms.State
     curve: list
     seconds: float  # spent before the interruption
+    traffic: dict | None = None  # the run's traffic counters so far (algorithms/traffic.py)
 
 
 @dataclass
@@ -147,7 +148,13 @@ class Checkpoint:
             return None
         header, payload = read
         self._last = time.perf_counter()
-        return Resumed(int(header["rounds_done"]), payload["state"], payload["curve"], float(header["seconds"]))
+        return Resumed(
+            int(header["rounds_done"]),
+            payload["state"],
+            payload["curve"],
+            float(header["seconds"]),
+            payload.get("traffic"),
+        )
 
     def progress(self) -> tuple[int, float] | None:
         """(rounds done, seconds spent) that a rerun would resume from, or None; cheap (the tensors
@@ -159,7 +166,7 @@ class Checkpoint:
     def due(self) -> bool:
         return time.perf_counter() - self._last >= self.every_seconds
 
-    def save(self, rounds_done: int, state, curve: list, seconds: float) -> None:
+    def save(self, rounds_done: int, state, curve: list, seconds: float, traffic: dict | None = None) -> None:
         """Write atomically (a temporary file, then a rename): a kill mid-write leaves the last one.
         A save that fails (disk full, no permission) is warned about once and checkpoints stop for
         this run: training goes on, as without checkpoints."""
@@ -171,7 +178,7 @@ class Checkpoint:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             safe_state.save(
                 tmp,
-                {"state": state, "curve": curve},
+                {"state": state, "curve": curve, "traffic": traffic},
                 header={"key": self.key(), "rounds_done": rounds_done, "seconds": seconds},
             )
             os.replace(tmp, self.path)

@@ -18,7 +18,7 @@ from .algorithms import PAPER_METHODS
 from .errors import FedcondError
 from .protocol import JDFL_PROTOCOL, PAPER, Protocol
 from .scenarios import ScenarioSpec
-from .scenarios.families import STANDARD
+from .scenarios.families import CLUSTERLESS, ON_PARTITION, STANDARD, USER_PARTITIONS
 from .scenarios.groupings import E4B_SPARSITY_TOTAL, ROTATIONS, SPARSITY
 
 
@@ -443,6 +443,24 @@ def jdfl_experiments() -> list[Experiment]:
 
 
 EXPERIMENTS: dict[str, Experiment] = _build()
+
+USER_PARTITION_DATASETS = ("mnist", "fmnist", "cifar10")  # the registry names a plug-in's partition gets
+USER_PARTITION_CLIENTS = (20, 100)
+
+
+def add_partition_experiments(family: str, clustered: bool) -> None:
+    """`FAMILY/DATASET/clients=N` for a plug-in's partition (plugins.register_partition), so sweeps,
+    the report and config files name its cells as they name the standard partitions'."""
+    for d in USER_PARTITION_DATASETS:
+        for n in USER_PARTITION_CLIENTS:
+            name = f"{family}/{d}/clients={n}"
+            methods = STANDARD_METHODS + (("Oracle",) if clustered else ())
+            EXPERIMENTS.setdefault(name, Experiment(name, family, d, clients=n, methods=methods))
+
+
+for _name in USER_PARTITIONS:  # registered before this module was imported
+    add_partition_experiments(_name, _name not in CLUSTERLESS)
+ON_PARTITION.append(add_partition_experiments)
 
 
 def select(pattern: str) -> list[Experiment]:

@@ -1,8 +1,8 @@
-"""The extension API: bring an algorithm, a dataset, a model or a client statistic of one's own
-(docs/extending.md). Each `register_*` writes into the registry the built-ins live in
-(algorithms.registry.ALGORITHMS, data.registry.DATASETS, models.registry.MODELS,
+"""The extension API: bring an algorithm, a dataset, a partition, a model or a client statistic of
+one's own (docs/extending.md). Each `register_*` writes into the registry the built-ins live in
+(algorithms.registry.ALGORITHMS, data.registry.DATASETS, scenarios.FAMILIES, models.registry.MODELS,
 stats.STATISTICS), so a registered name works wherever a built-in one does: `--methods`,
-`--dataset`, `--model`, `--statistic`, sweeps, reports. Each is also a decorator:
+`--dataset`, `--scenario`, `--model`, `--statistic`, sweeps, reports. Each is also a decorator:
 
     @register_algorithm("FedAvgM")
     @dataclass(frozen=True)
@@ -41,6 +41,7 @@ __all__ = [
     "register_algorithm",
     "register_dataset",
     "register_model",
+    "register_partition",
     "register_statistic",
 ]
 
@@ -195,3 +196,41 @@ def register_statistic(
         return compute
 
     return decorate
+
+
+def register_partition(name: str, partition: Callable | None = None, *, clusters: bool = False):
+    """Register a way of dealing training samples to clients as a scenario family under `name`
+    (`--scenario NAME --clients N --dataset D`, and the sweep names `NAME/{mnist,fmnist,cifar10}/clients={20,100}`).
+
+    `partition(labels, num_classes, clients, rng) -> parts`: `labels` the training labels [n]
+    (int64 numpy), `rng` a numpy Generator seeded from the scenario's seed (use it for every draw:
+    the same seed gives the same split), `parts` one array of sample indices per client, no sample
+    twice. With `clusters=True` it returns `(parts, cluster id of each client)`: the true clusters,
+    so Oracle, IFCA's ARI and `--holdout-clients` apply; without, the federation has none. fedcond
+    gives each client test samples in its own label mix and builds the federation
+    (scenarios/user_partition.py). Without `partition`, a function decorator."""
+    from .scenarios.families import CLUSTERLESS, FAMILIES, ON_PARTITION, STANDARD, USER_PARTITIONS
+    from .scenarios.user_partition import partition_builder
+
+    _check_name("partition", name)
+
+    def register(fn: Callable) -> None:
+        if not callable(fn):
+            raise FedcondError(f"partition '{name}': expected a function, got {type(fn).__name__}")
+        load_entry_points()
+        taken = {k.lower(): k for k in FAMILIES}
+        if name.lower() in taken:
+            if USER_PARTITIONS.get(taken[name.lower()]) is fn:
+                return  # the same function again: a module imported twice
+            raise FedcondError(
+                f"scenario family '{name}' is already registered (as '{taken[name.lower()]}'); choose another name"
+            )
+        USER_PARTITIONS[name] = fn
+        FAMILIES[name] = partition_builder(name, fn, clusters)
+        STANDARD.append(name)
+        if not clusters:
+            CLUSTERLESS.append(name)
+        for hook in ON_PARTITION:
+            hook(name, clusters)
+
+    return _decorator_or_call(register, partition)

@@ -13,6 +13,7 @@ import torch
 
 from . import stats as S
 from .algorithms import Algorithm, Context, State, hyperparameters, make_algorithm
+from .algorithms.traffic import Traffic
 from .checkpoint import Checkpoint
 from .client_stats import client_statistics
 from .engine import Engine, SGDConfig, make_engine, predict
@@ -113,6 +114,7 @@ def make_context(
         rounds=protocol.rounds if alg.federated else protocol.epochs,
         stats=stats if alg.conditioned else None,
         truth=scenario.truth if alg.needs_truth else None,
+        traffic=Traffic(fed.num_clients),
     )
 
 
@@ -213,6 +215,8 @@ def run_method(
     resumed = checkpoint.load() if checkpoint is not None else None
     if resumed is not None:  # every random stream is named by (seed, round, client): the rest runs as if never stopped
         first, state, curve, earlier = resumed.rounds_done, resumed.state, resumed.curve, resumed.seconds
+        if ctx.traffic is not None:
+            ctx.traffic.restore(resumed.traffic)
     else:
         first, state, earlier = 0, alg.init(ctx), 0.0
         # [round, mean accuracy over clients, over all test samples] every eval_every rounds and after the last
@@ -225,7 +229,8 @@ def run_method(
         if on_metrics is not None:
             on_metrics(r + 1, round_metrics(r, state, curve))
         if checkpoint is not None and r + 1 < rounds and checkpoint.due():
-            checkpoint.save(r + 1, state, curve, earlier + time.perf_counter() - start)
+            traffic = ctx.traffic.as_saved() if ctx.traffic is not None else None
+            checkpoint.save(r + 1, state, curve, earlier + time.perf_counter() - start, traffic)
         if on_round is not None:
             on_round(r, state)
 
@@ -233,6 +238,8 @@ def run_method(
     per_client, weighted, extra = final_evaluation(
         run, state, curve, protocol, data_dir, seed, resumed_after=first if resumed is not None else None
     )
+    if alg.counts_traffic and ctx.traffic is not None:  # what crossed the wire, per client (algorithms/traffic.py)
+        extra["traffic"] = ctx.traffic.summary(rounds)
     return MethodResult(
         method=run.name,
         accuracy=float(np.mean(per_client)),

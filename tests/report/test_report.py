@@ -341,15 +341,19 @@ def test_a_malformed_explanations_file_is_one_clear_error(tmp_path):
 def test_newcomers_section_shows_seen_and_unseen_per_statistic(tmp_path):
     con = results.connect(tmp_path / "r.sqlite")
     for statistic, unseen in (("class_means", 0.97), ("eigenvalues", 0.55)):
-        result = FakeResult(0.99, weighted_accuracy=0.99, extra={"unseen_accuracy": unseen})
+        traffic = {"rounds": 20, "bytes_down_per_client": 2.5e6, "bytes_up_per_client": 2.5e6,
+                   "samples_trained_per_client": 6000.0, "samples_forward_per_client": 0.0}
+        extra = {"unseen_accuracy": unseen, **({"traffic": traffic} if statistic == "class_means" else {})}
+        result = FakeResult(0.99, weighted_accuracy=0.99, extra=extra)
         results.save_run(con, family="E3b", dataset="mnist", scenario={}, method="Conditional", seed=0,
                          protocol={"statistic": statistic}, result=result, experiment="E3b/mnist/K=2/rich",
                          protocol_name=f"paper[statistic={statistic},holdout_clients=1]")
     con.close()
     text = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text()
     section = text.split("## Clients never seen in training")[1]
-    assert "| E3b/mnist/K=2/rich | class_means | Conditional | 99.0 | 97.0 | -2.0 pp | 1 |" in section
-    assert "| E3b/mnist/K=2/rich | eigenvalues | Conditional | 99.0 | 55.0 | -44.0 pp | 1 |" in section
+    assert "| E3b/mnist/K=2/rich | class_means | Conditional | 99.0 | 97.0 | -2.0 pp | 1 | 20 | 2.50 | 2.50 | 6000 |" in section
+    assert "| E3b/mnist/K=2/rich | eigenvalues | Conditional | 99.0 | 55.0 | -44.0 pp | 1 | " in section
+    assert "| -44.0 pp | 1 | 1 | - | - | - |" in section  # no traffic recorded: not measured, not zero
 
 
 def test_wall_time_per_configuration_names_the_cpu(tmp_path):

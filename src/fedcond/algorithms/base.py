@@ -19,6 +19,7 @@ from ..engine import Engine, Job, JobResult, Params, SGDConfig, clone_params, we
 from ..errors import FedcondError
 from ..models import ModelSpec
 from ..scenarios import Federation, GroundTruth
+from .traffic import Traffic
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Context:
     )
     scores: Callable[[torch.Tensor], torch.Tensor] | None = None  # the model's outputs -> class scores, at prediction
     initial_params: Params | None = None  # every model starts from these; None: drawn
+    traffic: Traffic | None = None  # what each client sends, receives and computes (traffic.py); None: not counted
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -88,9 +90,21 @@ class Context:
         x, y, s = self.pooled(members, conditioned)
         if kw.get("loss_fn") is None and self.loss_hook is not None:
             kw["loss_fn"] = HeadLoss(self.classification_loss(members, seed))
-        return Job(
-            params=params, x=x, y=y, s=s, epochs=kw.pop("epochs", self.local_epochs), seed=(self.seed, *seed), **kw
-        )
+        epochs = kw.pop("epochs", self.local_epochs)
+        if self.traffic is not None:
+            self._count(members, conditioned, len(y) * epochs)
+        return Job(params=params, x=x, y=y, s=s, epochs=epochs, seed=(self.seed, *seed), **kw)
+
+    def _count(self, members: tuple[int, ...], conditioned: bool, samples: int) -> None:
+        """One client's job is its compute; a job on several clients' data is the server's, on data
+        they sent it (traffic.py)."""
+        assert self.traffic is not None
+        if len(members) == 1:
+            self.traffic.train(members[0], samples)
+            return
+        for i in members:
+            c = self.federation.clients[i]
+            self.traffic.pooled_data(i, (c.x_train, c.y_train, self.stats[i] if conditioned else None))
 
 
 @dataclass(frozen=True, eq=False)  # holds a loss: compared by identity
@@ -129,6 +143,8 @@ class Algorithm(Protocol):
     are frozen dataclasses of their hyper-parameters."""
 
     conditioned: ClassVar[bool]  # does the model take the client statistics?
+    # does round() record what crosses the wire (ctx.traffic, traffic.py)? False: a row says "not measured"
+    counts_traffic: ClassVar[bool] = False
     needs_truth: ClassVar[bool]  # may it see the true clusters (oracles only)?
     federated: ClassVar[bool]  # rounds of local_epochs (True) or one epoch of pooled training per round
 
@@ -174,6 +190,22 @@ def aggregate(ctx: Context, clients, results: list[JobResult | None]) -> Replies
     ok = [j for j, res in enumerate(results) if res is not None]
     answered = tuple(clients[j] for j in ok)
     return Replies(answered, tuple(results[j] for j in ok), ctx.federation.sizes()[list(answered)])
+
+
+def send(ctx: Context, clients, payload) -> None:
+    """The server gives each of `clients` the payload (payload(i) when callable): counted in ctx.traffic."""
+    if ctx.traffic is not None:
+        for i in clients:
+            ctx.traffic.send(i, payload(i) if callable(payload) else payload)
+
+
+def receive(ctx: Context, clients, results: list[JobResult | None], keep=None) -> None:
+    """Each of `clients` sends back its job's weights (only the names in `keep`, where given; a
+    client that did not reply sends nothing): counted in ctx.traffic."""
+    if ctx.traffic is not None:
+        for i, res in zip(clients, results):
+            if res is not None:
+                ctx.traffic.receive(i, res.params if keep is None else {k: res.params[k] for k in keep})
 
 
 _CLIENT_SAMPLING = 0xC11E  # names the random stream of client sampling (shared by every algorithm here)

@@ -34,7 +34,7 @@ from typing import ClassVar
 
 from ..engine import Regulariser
 from ..errors import FedcondError
-from .base import Algorithm, Context, State, aggregate
+from .base import Algorithm, Context, State, aggregate, receive, send
 
 PERSONAL = 0xD177  # names the personal update's batch-order streams (the global track uses FedAvg's)
 
@@ -49,6 +49,7 @@ class Ditto(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
+    counts_traffic: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.lam < 0 or self.personal_epochs < 0:
@@ -97,8 +98,10 @@ class Ditto(Algorithm):
             if epochs > 0
             else []
         )
+        send(ctx, range(n), w)  # the personal models never leave the clients
         results = ctx.engine.train(ctx.spec(self.conditioned), global_jobs + personal_jobs)
         global_res, personal_res = results[:n], results[n:]
+        receive(ctx, range(n), global_res)
         global_track = aggregate(
             ctx, range(n), global_res
         )  # a client that dropped out (Flower) keeps its v_i, adds nothing to w

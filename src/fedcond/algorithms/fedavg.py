@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import Algorithm, Context, State, aggregate
+from .base import Algorithm, Context, State, aggregate, receive, send
 from .server_opt import ServerOptimiser
 
 
@@ -21,6 +21,7 @@ class FedAvg(ServerOptimiser, Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
+    counts_traffic: ClassVar[bool] = True
 
     def init(self, ctx: Context) -> State:
         return State(models=(ctx.init_params(self.conditioned),), assignment=(0,) * ctx.federation.num_clients)
@@ -28,7 +29,10 @@ class FedAvg(ServerOptimiser, Algorithm):
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
         jobs = [ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
-        replies = aggregate(ctx, range(n), ctx.engine.train(ctx.spec(self.conditioned), jobs))
+        send(ctx, range(n), state.models[0])
+        results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
+        receive(ctx, range(n), results)
+        replies = aggregate(ctx, range(n), results)
         w, slots = self.server_step(state.models[0], replies.average(), state.extra.get("server"))
         extra = {} if slots is None else {"server": slots}
         return State(models=(w,), assignment=state.assignment, round=r + 1, train_loss=replies.loss, extra=extra)
@@ -40,3 +44,13 @@ class ConditionalFedAvg(FedAvg):
     as an input; only the shared weights travel (the statistics never leave the client)."""
 
     conditioned: ClassVar[bool] = True
+
+    def init(self, ctx: Context) -> State:
+        # the secure sum of the statistics (flower/secure_sum.py): each client sends its statistic
+        # (masked, the same size) and receives the population's mean and spread
+        if ctx.stats is not None:
+            for i in range(ctx.federation.num_clients):
+                if ctx.traffic is not None:
+                    ctx.traffic.receive(i, ctx.stats[i])
+                    ctx.traffic.send(i, (ctx.stats[i], ctx.stats[i]))
+        return super().init(ctx)

@@ -32,6 +32,7 @@ class FedAvgFT(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
+    counts_traffic: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.finetune_epochs < 0:

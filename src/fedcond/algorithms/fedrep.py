@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from ..engine import Job, Params, weighted_average
 from ..errors import FedcondError
-from .base import Algorithm, Context, State, aggregate
+from .base import Algorithm, Context, State, aggregate, receive, send
 
 HEAD = 0x4EAD  # names the head updates' batch-order streams (the body update uses FedAvg's)
 
@@ -80,6 +80,7 @@ class FedRep(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
+    counts_traffic: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.head_epochs < 0 or (self.body_epochs is not None and self.body_epochs < 1):
@@ -105,6 +106,9 @@ class FedRep(Algorithm):
     def round(self, ctx: Context, state: State, r: int) -> State:
         n, spec = ctx.federation.num_clients, ctx.spec(self.conditioned)
         start = list(state.models)
+        head = head_names(spec)
+        shared = [k for k in state.models[0] if k not in head]  # the body travels; each head stays on its client
+        send(ctx, range(n), lambda i: {k: state.models[i][k] for k in shared})
         if self.head_epochs > 0:
             heads = ctx.engine.train(spec, [self.head_job(ctx, start[i], i, (r, i, HEAD)) for i in range(n)])
             start = [m if res is None else res.params for m, res in zip(start, heads)]  # None: dropped out (Flower)
@@ -123,8 +127,8 @@ class FedRep(Algorithm):
                 for i in range(n)
             ],
         )
+        receive(ctx, range(n), bodies, keep=shared)
         replies = aggregate(ctx, tuple(range(n)), bodies)
-        head = head_names(spec)
         body = weighted_average(
             [{k: v for k, v in res.params.items() if k not in head} for res in replies.results], replies.sizes
         )

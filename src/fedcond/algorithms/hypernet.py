@@ -155,8 +155,14 @@ def round_trip(
         )
         for i, theta in zip(group, thetas)
     ]
+    if ctx.traffic is not None:  # each client gets its generated weights and sends back their change
+        for i, theta in zip(group, thetas):
+            ctx.traffic.send(i, {k: t.detach() for k, t in theta.items()})
     results = ctx.engine.train(ctx.spec(False), jobs)
     ok = [j for j, res in enumerate(results) if res is not None]  # None: dropped out (Flower)
+    if ctx.traffic is not None:
+        for j in ok:
+            ctx.traffic.receive(group[j], {k: results[j].params[k] for k in thetas[j]})
     if not ok:
         return None, {}
     deltas = [{k: thetas[j][k].detach() - results[j].params[k] for k in thetas[j]} for j in ok]

@@ -32,7 +32,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import FedcondError
-from .base import Algorithm, Context, State, aggregate
+from .base import Algorithm, Context, State, aggregate, receive, send
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class IFCA(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
+    counts_traffic: ClassVar[bool] = True
     num_clusters_field: ClassVar[str] = "k"  # the runner fills it with the true K unless given
 
     def __post_init__(self):
@@ -66,6 +67,10 @@ class IFCA(Algorithm):
             x, y, s = ctx.pooled((i,), self.conditioned)
             items += [(theta, x, y, s) for theta in models]
         losses = np.asarray(ctx.engine.losses(ctx.spec(self.conditioned), items)).reshape(n, len(models))  # [N, K]
+        if ctx.traffic is not None:  # every cluster model goes to every client, which evaluates each on its data
+            for i in range(n):
+                ctx.traffic.send(i, models)
+                ctx.traffic.forwarded(i, len(models) * ctx.federation.clients[i].n_train)
         return tuple(int(c) for c in np.argmin(losses, axis=1)), losses
 
     def round(self, ctx: Context, state: State, r: int) -> State:
@@ -75,7 +80,10 @@ class IFCA(Algorithm):
         else:
             choice = state.clusters
         jobs = [ctx.job(state.models[choice[i]], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
+        if not self.estimates_in(r):  # no estimate this round: only the client's own cluster model goes out
+            send(ctx, range(n), lambda i: state.models[choice[i]])
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
+        receive(ctx, range(n), results)
         models = list(state.models)
         for k in range(self.k):
             members = [i for i in range(n) if choice[i] == k]

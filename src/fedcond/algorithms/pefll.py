@@ -85,6 +85,7 @@ class PeFLL(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
+    counts_traffic: ClassVar[bool] = True
 
     def __post_init__(self):
         if min(self.hidden, self.clients_per_step) < 1 or self.n_hidden < 0 or (self.embed_dim or 1) < 1:
@@ -153,6 +154,7 @@ class PeFLL(Algorithm):
         for group in H.steps_of_round(ctx, r, PEFLL, self.clients_per_step):
             leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
             thetas = [self.generate(ctx, leaves, scale, clients[i].x_train, clients[i].y_train) for i in group]
+            self._count_embedding(ctx, group, params)
             grads, results = H.round_trip(ctx, group, thetas, held, leaves, sgd, r)
             if grads is None:
                 continue
@@ -167,6 +169,19 @@ class PeFLL(Algorithm):
             train_loss=H.mean_loss(done, ctx.federation.sizes()),
             extra={"params": params, "scale": scale, "adam": adam},
         )
+
+    def _count_embedding(self, ctx: Context, group: tuple[int, ...], params: Params) -> None:
+        """PeFLL's exchange besides the generated weights (round_trip counts those): the embedding
+        network goes to each client, which sends its descriptor v; after the client's training the
+        server sends dL/dv back and the client returns the embedding network's gradient. The client
+        runs its data through the embedding network forward and backward."""
+        if ctx.traffic is None:
+            return
+        psi, v = _part(params, "embed."), torch.zeros(self.dim(ctx))
+        for i in group:
+            ctx.traffic.send(i, (psi, v))
+            ctx.traffic.receive(i, (v, psi))
+            ctx.traffic.train(i, ctx.federation.clients[i].n_train)
 
     def serve_newcomer(self, ctx: Context, state: State, client, client_id: int) -> Params:
         """One forward pass: the descriptor of the newcomer's training data through the hypernetwork."""

@@ -57,6 +57,7 @@ class PFedHN(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
+    counts_traffic: ClassVar[bool] = True
 
     def __post_init__(self):
         if min(self.hidden, self.clients_per_step) < 1 or self.n_hidden < 0 or (self.embed_dim or 1) < 1:

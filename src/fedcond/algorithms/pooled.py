@@ -19,6 +19,7 @@ class PooledTraining(Algorithm):
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = False  # one epoch of ordinary training per round
+    counts_traffic: ClassVar[bool] = True  # Context.job counts: a client's own job, or the data a pooled one needs
 
     def groups(self, ctx: Context) -> tuple[tuple[int, ...], ...]:
         raise NotImplementedError

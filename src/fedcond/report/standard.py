@@ -1,4 +1,5 @@
-"""The report's section on the standard partitions (dirichlet, pathological, shards, quantity): one
+"""The report's section on the standard partitions (dirichlet, pathological, shards, quantity, and
+the partitions plug-ins register): one
 table per family with every protocol that ran it (a row per experiment and protocol, a column per
 method), and each experiment's label distribution drawn beside it.
 
@@ -34,7 +35,8 @@ def standard_partitions_section(cells: dict, out: Path, draw: bool = True) -> li
             for p in sorted({p for p, e, _ in ran if e == name}, key=protocol_order):
                 cs = [cells.get((p, name, m)) for m in methods]
                 rows.append([name, f"`{p}`", _seeds_text(cs)] + [cell_text(c, None) for c in cs])
-        lines += [f"### Standard partition: {FAMILY_TITLES[family]} ({family})", ""]
+        title = FAMILY_TITLES.get(family, "a plug-in's partition")
+        lines += [f"### Standard partition: {title} ({family})", ""]
         lines += [
             "Accuracy (%) as the mean over clients; a federation without true clusters has no Oracle. The protocol "
             "column names the paper preset's options a row ran with (a statistic option matters to the "

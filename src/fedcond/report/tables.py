@@ -374,23 +374,23 @@ def _mean_std(values: tuple[float, ...]) -> str:
 
 def newcomers_section(ok: list[dict]) -> list[str]:
     """Runs with clients held out of training (--holdout-clients): seen and unseen accuracy side by
-    side, per experiment, statistic and method; across protocols, since they differ by option only."""
-    rows: dict[tuple, list[tuple[float, float]]] = {}
+    side, per experiment, statistic and method; across protocols, since they differ by option only.
+    With what a training client sent, received and computed, where the method counts it
+    (extra.traffic, algorithms/traffic.py)."""
+    rows: dict[tuple, list[dict]] = {}
     for r in ok:
         extra = r.get("extra") or {}
         if "unseen_accuracy" in extra and r["accuracy"] is not None:
             statistic = (r.get("protocol") or {}).get("statistic", "eigenvalues")
-            rows.setdefault((r["experiment"], statistic, r["method"]), []).append(
-                (r["accuracy"], extra["unseen_accuracy"])
-            )
+            rows.setdefault((r["experiment"], statistic, r["method"]), []).append(r)
     if not rows:
         return []
     table = []
-    for (exp, statistic, method), vals in sorted(
+    for (exp, statistic, method), runs in sorted(
         rows.items(), key=lambda kv: (experiment_order(kv[0][0]), kv[0][1], method_order(kv[0][2]))
     ):
-        seen = statistics.fmean(v[0] for v in vals)
-        unseen = statistics.fmean(v[1] for v in vals)
+        seen = statistics.fmean(r["accuracy"] for r in runs)
+        unseen = statistics.fmean(r["extra"]["unseen_accuracy"] for r in runs)
         table.append(
             [
                 exp,
@@ -399,20 +399,38 @@ def newcomers_section(ok: list[dict]) -> list[str]:
                 pct(seen),
                 pct(unseen),
                 pp(unseen - seen),
-                str(len(vals)),
+                str(len(runs)),
+                *_traffic_cells(runs[0]),
             ]
         )
+    head = ["experiment", "statistic", "method", "seen", "unseen", "unseen - seen", "seeds"]
+    head += ["rounds", "MB down / client", "MB up / client", "samples trained / client"]
     return (
         [
             "## Clients never seen in training",
             "",
             "Runs with `--holdout-clients`: accuracy (%) of the training clients (seen) and of the held-out ones "
-            "(unseen), each evaluated with its own statistic, mean over seeds.",
+            "(unseen), each evaluated with its own statistic, mean over seeds. Communication and compute of a "
+            "training client over the whole run, mean over clients, as measured (seed 0's run; `-`: the method "
+            "does not count it): megabytes of tensors the server sent it and it sent back (a pooled method's "
+            "clients send their training data), and the samples it trained on (forward and backward).",
             "",
         ]
-        + _table(["experiment", "statistic", "method", "seen", "unseen", "unseen - seen", "seeds"], table)
+        + _table(head, table)
         + [""]
     )
+
+
+def _traffic_cells(row: dict) -> list[str]:
+    t = (row.get("extra") or {}).get("traffic")
+    if not t:
+        return [str(row.get("rounds") or "-"), "-", "-", "-"]
+    return [
+        str(t["rounds"]),
+        f"{t['bytes_down_per_client'] / 1e6:.2f}",
+        f"{t['bytes_up_per_client'] / 1e6:.2f}",
+        f"{t['samples_trained_per_client']:.0f}",
+    ]
 
 
 def walltime_section(ok: list[dict]) -> list[str]:

@@ -245,7 +245,13 @@ FAMILIES: dict[str, Callable] = {
     "shards": label_sorted_shards,
     "quantity": quantity_skew,
 }
-# Families whose clients are counted in total (--clients), with the per-family parameters they take.
-STANDARD = ("dirichlet", "pathological", "shards", "quantity")
+# Families whose clients are counted in total (--clients), with the per-family parameters they take;
+# a plug-in's partition (plugins.register_partition) joins them, so lists, not tuples.
+STANDARD: list[str] = ["dirichlet", "pathological", "shards", "quantity"]
 # Families whose clients have no true clusters (GroundTruth.known is False): no Oracle, no ARI.
-CLUSTERLESS = ("dirichlet", "shards")
+CLUSTERLESS: list[str] = ["dirichlet", "shards"]
+# The partitions plug-ins registered (name -> the user's function); their builders are in FAMILIES.
+USER_PARTITIONS: dict[str, Callable] = {}
+# Called with (name, clustered) when a partition registers: the experiment registry names its
+# cells this way (experiments.py appends itself, so the plug-in API need not import it).
+ON_PARTITION: list[Callable[[str, bool], None]] = []

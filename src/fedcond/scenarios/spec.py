@@ -11,7 +11,7 @@ from functools import partial
 from .. import data
 from ..errors import FedcondError
 from . import groupings as G
-from .families import FAMILIES, STANDARD
+from .families import FAMILIES, STANDARD, USER_PARTITIONS
 from .federation import Scenario
 from .partition import subsample
 
@@ -77,6 +77,7 @@ def _check_standard_options(family, k, rotations, clients_per_cluster, alpha, sh
         "pathological": ("k", "sigma", "samples"),
         "shards": ("shards", "samples"),
         "quantity": ("sigma", "samples"),
+        **{name: ("samples",) for name in USER_PARTITIONS},  # a plug-in's: clients, seed and samples only
     }.get(family, ())
     given = {"alpha": alpha, "shards": shards, "sigma": sigma, "samples": samples}
     if family in STANDARD:
@@ -91,6 +92,8 @@ def _check_standard_options(family, k, rotations, clients_per_cluster, alpha, sh
 def _make_standard(family, dataset, load, k, clients, seed, alpha, shards, sigma, samples) -> Scenario:
     builder = FAMILIES[family]
     common = dict(clients=clients if clients is not None else 100, samples=samples, seed=seed)
+    if family in USER_PARTITIONS:
+        return builder(dataset, load, **common)
     if family == "dirichlet":
         return builder(dataset, load, alpha=alpha if alpha is not None else 0.3, sigma=sigma or 0.0, **common)
     if family == "pathological":
