@@ -354,6 +354,8 @@ def test_newcomers_section_shows_seen_and_unseen_per_statistic(tmp_path):
     assert "| E3b/mnist/K=2/rich | class_means | Conditional | 99.0 | 97.0 | -2.0 pp | 1 | 20 | 2.50 | 2.50 | 6000 |" in section
     assert "| E3b/mnist/K=2/rich | eigenvalues | Conditional | 99.0 | 55.0 | -44.0 pp | 1 | " in section
     assert "| -44.0 pp | 1 | 1 | - | - | - |" in section  # no traffic recorded: not measured, not zero
+    assert "![seen against unseen accuracy](newcomers_seen_unseen.png)" in section
+    assert (tmp_path / "out" / "newcomers_seen_unseen.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_wall_time_per_configuration_names_the_cpu(tmp_path):

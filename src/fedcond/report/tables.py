@@ -382,13 +382,13 @@ def newcomers_section(ok: list[dict]) -> list[str]:
         extra = r.get("extra") or {}
         if "unseen_accuracy" in extra and r["accuracy"] is not None:
             statistic = (r.get("protocol") or {}).get("statistic", "eigenvalues")
-            rows.setdefault((r["experiment"], statistic, r["method"]), []).append(r)
+            rows.setdefault((r["experiment"], statistic, r["method"], r.get("rounds") or 0), []).append(r)
     if not rows:
         return []
     table = []
-    for (exp, statistic, method), runs in sorted(
-        rows.items(), key=lambda kv: (experiment_order(kv[0][0]), kv[0][1], method_order(kv[0][2]))
-    ):
+    for (exp, statistic, method, _), runs in sorted(
+        rows.items(), key=lambda kv: (experiment_order(kv[0][0]), kv[0][1], method_order(kv[0][2]), kv[0][3])
+    ):  # a budget of more rounds (a probe's) is a row of its own
         seen = statistics.fmean(r["accuracy"] for r in runs)
         unseen = statistics.fmean(r["extra"]["unseen_accuracy"] for r in runs)
         table.append(

@@ -137,7 +137,22 @@ def write_report(
         lines[legend_at:legend_at] = md.cells_legend()
     lines += standard_partitions_section(make_cells(db.ok, db.failed), out)
     lines += adhoc_section(list(db.ad_hoc_ok), protocol_name, out)
-    lines += md.newcomers_section(ok)
+    newcomers = md.newcomers_section(ok)
+    if newcomers:
+        from .newcomers import draw_seen_unseen
+
+        picture = draw_seen_unseen(ok, out)
+        if picture is not None:
+            newcomers += [
+                f"![seen against unseen accuracy]({picture.name})",
+                "",
+                "*Every configuration with clients held out: the training clients' accuracy (x) against the "
+                "newcomers' (y), mean over seeds; on the dashed line newcomers are served as well as the clients "
+                "the model trained on. Methods whose models belong to the training clients (Local, Ditto) have no "
+                "point.*",
+                "",
+            ]
+    lines += newcomers
     lines += protocol_probes_section(ok, out)
     lines += md.walltime_section(ok + beside)  # every row a table above reads
     lines += md.superseded_section(db.superseded)
