@@ -158,6 +158,11 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
         "the numbers, so a cell of its own; needs a CPU with avx512_bf16 or AMX, FEDCOND_FORCE_BF16=1 overrides)",
     )
     p.add_argument(
+        "--inputs",
+        choices=["standardised", "raw"],
+        help="what the network sees: standardised pixels (default, per channel) or raw x/255 in [0, 1]",
+    )
+    p.add_argument(
         "--holdout-clients",
         type=int,
         help="per cluster, clients kept out of training and evaluated as "

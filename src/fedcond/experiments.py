@@ -89,6 +89,7 @@ PROTOCOL_OPTIONS = (
     "eval_every",
     "precision",
     "model",
+    "inputs",
 )
 SCENARIO_OPTIONS = ("groups",)
 

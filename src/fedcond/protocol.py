@@ -13,6 +13,16 @@ from dataclasses import dataclass
 from .errors import FedcondError
 
 
+INPUTS = ("standardised", "raw")
+
+
+def input_normalisation(protocol: "Protocol", mean: tuple[float, ...], std: tuple[float, ...]):
+    """(mean, std) the network standardises x / 255 with: the federation's, or none for raw inputs."""
+    if protocol.inputs == "raw":
+        return tuple(0.0 for _ in mean), tuple(1.0 for _ in std)
+    return mean, std
+
+
 @dataclass(frozen=True)
 class Protocol:
     epochs: int = 20  # SPEC A.4
@@ -35,6 +45,9 @@ class Protocol:
     )
     precision: str = "fp32"  # local SGD arithmetic: fp32 (paper) | bf16 (autocast, fp32 weights; engine/precision.py)
     model: str | None = None  # a network by name (models.registry, plug-ins' too); None: the choice by input shape
+    # what the network sees: standardised (x / 255 - mean) / std per channel (fedcond's default) | raw x / 255
+    #   in [0, 1] (the paper never mentions standardising inputs; a reading probed for Gossip, issue 40)
+    inputs: str = "standardised"
 
     @property
     def rounds(self) -> int:
@@ -52,6 +65,8 @@ class Protocol:
             raise FedcondError(f"eval_every must be >= 0, got {self.eval_every}")
         if self.holdout_clients < 0:
             raise FedcondError(f"holdout_clients must be >= 0, got {self.holdout_clients}")
+        if self.inputs not in INPUTS:
+            raise FedcondError(f"inputs must be one of {', '.join(INPUTS)}, got '{self.inputs}'")
         from .engine.precision import check_name
         from .stats import check_statistic
 

@@ -21,7 +21,7 @@ from .errors import FedcondError
 from .holdout import Unseen, evaluate_unseen, hold_out, unseen_statistics
 from .models import ModelSpec
 from .plugin_loading import plugins_record
-from .protocol import Protocol
+from .protocol import Protocol, input_normalisation
 from .results import pack_hits
 from .scenarios import Scenario
 
@@ -97,7 +97,8 @@ def make_context(
     fed = scenario.federation
     if alg.conditioned and stats is None:
         stats = client_statistics(scenario, protocol, data_dir, seed)[1]
-    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std, protocol.model)
+    mean, std = input_normalisation(protocol, fed.mean, fed.std)
+    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, mean, std, protocol.model)
     return Context(
         federation=fed,
         plain_model=plain,

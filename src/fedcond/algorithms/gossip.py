@@ -10,7 +10,9 @@ a probe at the paper protocol (docs/choices.md): on E1 MNIST K=2 independent ini
 shared one .983 and .837: only the independent reading serves both cells.
 Round r:
   1. local update: theta_i' = `local_epochs` of SGD on client i's data from theta_i (fresh
-     momentum, as in FedAvg: nothing but the weights is carried across rounds);
+     momentum, as in FedAvg: nothing but the weights is carried across rounds; with
+     `carry_momentum=True` each client keeps its own SGD momentum buffer from round to round, a
+     reading probed for the paper's collapse, issue 40: averaging leaves the buffer alone);
   2. random pairing: a uniformly random perfect matching of the clients, drawn from the stream
      (seed, PAIRING, r); each pair {i, j} sets theta_i = theta_j = (theta_i' + theta_j') / 2.
      With an odd number of clients the one left out keeps theta_i'. No adaptive weights.
@@ -39,6 +41,7 @@ def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int,
 @dataclass(frozen=True)
 class Gossip(Algorithm):
     independent_init: bool = True  # every client starts from its own random weights; False: one shared draw
+    carry_momentum: bool = False  # each client's SGD momentum lives across rounds (False: reset, as FedAvg's)
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
@@ -50,17 +53,33 @@ class Gossip(Algorithm):
             models = tuple(ctx.init_params(self.conditioned, i) for i in range(n))
         else:
             models = (ctx.init_params(self.conditioned),) * n
-        return State(models=models, assignment=tuple(range(n)))
+        return State(models=models, assignment=tuple(range(n)), momentum=(None,) * n)
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
-        jobs = [ctx.job(state.models[i], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
+        carried = state.momentum or (None,) * n  # a State from before the option: no buffers yet
+        jobs = [
+            ctx.job(
+                state.models[i],
+                (i,),
+                self.conditioned,
+                seed=(r, i),
+                **({"momentum": carried[i], "keep_momentum": True} if self.carry_momentum else {}),
+            )
+            for i in range(n)
+        ]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         models = [res.params for res in results]  # the odd one out keeps its locally trained model
+        momentum = tuple(res.momentum for res in results) if self.carry_momentum else (None,) * n
         pairs = random_pairs(n, np.random.default_rng(np.random.SeedSequence([ctx.seed, PAIRING, r])))
         for i, j in pairs:
             models[i] = models[j] = weighted_average([results[i].params, results[j].params], np.ones(2))
         loss = aggregate(ctx, range(n), results).loss
         return State(
-            models=tuple(models), assignment=state.assignment, round=r + 1, train_loss=loss, extra={"pairs": pairs}
+            models=tuple(models),
+            assignment=state.assignment,
+            momentum=momentum,
+            round=r + 1,
+            train_loss=loss,
+            extra={"pairs": pairs},
         )

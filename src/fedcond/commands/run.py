@@ -70,6 +70,7 @@ def run_command(args) -> int:
         eval_every=args.eval_every,
         precision=args.precision,
         model=args.model,
+        inputs=args.inputs,
     )
     from ..engine.precision import check_supported
 

@@ -28,6 +28,7 @@ from ..engine import Job, JobResult, SGDConfig
 from .. import safe_state, stats as S
 from ..errors import FedcondError
 from ..models import ModelSpec
+from ..protocol import input_normalisation
 from ..scenarios.federation import Federation
 from ..simulate import run_rounds
 from . import secure_sum
@@ -330,7 +331,8 @@ def server_context(
     stat_dim = S.statistic_dim(protocol.statistic, protocol.num_eigenvalues, fed.num_classes)
     if conditioned:
         secure_normalisation(exchange, list(range(run.clients)), stat_dim, run.normalisation, log)
-    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, fed.mean, fed.std, protocol.model)
+    mean, std = input_normalisation(protocol, fed.mean, fed.std)
+    plain = ModelSpec(fed.input_shape, fed.num_classes, 0, protocol.conditioning, mean, std, protocol.model)
     engine = FlowerEngine(exchange, SGDConfig.of(protocol), run.min_replies)
     return ServerContext(
         federation=fed,
