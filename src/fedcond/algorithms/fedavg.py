@@ -48,9 +48,8 @@ class ConditionalFedAvg(FedAvg):
     def init(self, ctx: Context) -> State:
         # the secure sum of the statistics (flower/secure_sum.py): each client sends its statistic
         # (masked, the same size) and receives the population's mean and spread
-        if ctx.stats is not None:
+        if ctx.stats is not None and ctx.traffic is not None:
             for i in range(ctx.federation.num_clients):
-                if ctx.traffic is not None:
-                    ctx.traffic.receive(i, ctx.stats[i])
-                    ctx.traffic.send(i, (ctx.stats[i], ctx.stats[i]))
+                ctx.traffic.receive(i, ctx.stats[i])
+                ctx.traffic.send(i, (ctx.stats[i], ctx.stats[i]))
         return super().init(ctx)

@@ -57,14 +57,13 @@ class Gossip(Algorithm):
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
-        carried = state.momentum or (None,) * n  # a State from before the option: no buffers yet
         jobs = [
             ctx.job(
                 state.models[i],
                 (i,),
                 self.conditioned,
                 seed=(r, i),
-                **({"momentum": carried[i], "keep_momentum": True} if self.carry_momentum else {}),
+                **({"momentum": state.momentum[i], "keep_momentum": True} if self.carry_momentum else {}),
             )
             for i in range(n)
         ]

@@ -40,6 +40,8 @@ def payload_bytes(payload) -> int:
 class Traffic:
     """Per-client counters of one run (index = the training client's index)."""
 
+    COUNTERS = ("down", "up", "trained", "forward")  # the int64 arrays below, as checkpoints save them
+
     clients: int
     down: np.ndarray = field(init=False)  # bytes server -> client
     up: np.ndarray = field(init=False)  # bytes client -> server
@@ -48,7 +50,7 @@ class Traffic:
     data_sent: set = field(default_factory=set)  # clients whose training set went to the server (pooled)
 
     def __post_init__(self):
-        for name in ("down", "up", "trained", "forward"):
+        for name in self.COUNTERS:
             setattr(self, name, np.zeros(self.clients, dtype=np.int64))
 
     def send(self, client: int, payload) -> None:
@@ -71,19 +73,13 @@ class Traffic:
 
     def as_saved(self) -> dict:
         """Plain lists, for a checkpoint (a resumed run goes on counting from there)."""
-        return {
-            "down": self.down.tolist(),
-            "up": self.up.tolist(),
-            "trained": self.trained.tolist(),
-            "forward": self.forward.tolist(),
-            "data_sent": sorted(self.data_sent),
-        }
+        return {**{k: getattr(self, k).tolist() for k in self.COUNTERS}, "data_sent": sorted(self.data_sent)}
 
     def restore(self, saved: dict | None) -> None:
         """Go on from a checkpoint's counters (as_saved); None: from zero."""
         if not saved:
             return
-        for k in ("down", "up", "trained", "forward"):
+        for k in self.COUNTERS:
             getattr(self, k)[:] = np.asarray(saved[k], dtype=np.int64)
         self.data_sent = {int(i) for i in saved.get("data_sent", ())}
 

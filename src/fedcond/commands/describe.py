@@ -24,7 +24,7 @@ def describe_command(args) -> int:
         raise FedcondError(f"--plot writes a PNG: give a path ending in .png, got '{args.plot}'")
     scenario = scenario_spec(args, default_k=2).build()
     fed, truth = scenario.federation, scenario.truth
-    counts = np.stack([np.bincount(c.y_train.numpy(), minlength=fed.num_classes) for c in fed.clients])
+    counts = fed.label_counts()
     clients: list[dict[str, Any]] = [
         {
             "id": i,

@@ -11,22 +11,19 @@ from matplotlib.lines import Line2D
 
 from .data import method_order
 from .figures import _save, colour
+from .tables import newcomer_groups, seen_unseen
 
 NAME = "newcomers_seen_unseen.png"
 
 
 def draw_seen_unseen(ok: list[dict], out: Path) -> Path | None:
-    """One point per (experiment, statistic, method), mean over seeds; None where no row held clients out."""
+    """One point per row of the newcomers table (tables.newcomer_groups: experiment, statistic,
+    method, rounds), mean over seeds; None where no row held clients out."""
     points: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for r in ok:
-        extra = r.get("extra") or {}
-        if "unseen_accuracy" not in extra or r["accuracy"] is None:
-            continue
-        method = r["method"]
-        statistic = ""
-        if method.startswith("Conditional"):
-            statistic = (r.get("protocol") or {}).get("statistic", "eigenvalues")
-        points.setdefault((method, statistic), []).append((100 * r["accuracy"], 100 * extra["unseen_accuracy"]))
+    for (_, statistic, method, _), runs in newcomer_groups(ok).items():
+        seen, unseen = seen_unseen(runs)
+        key = (method, statistic if method.startswith("Conditional") else "")
+        points.setdefault(key, []).append((100 * seen, 100 * unseen))
     if not points:
         return None
     fig = Figure(figsize=(6.4, 5.6))

@@ -59,13 +59,10 @@ def _label_picture(name: str, out: Path) -> list[str]:
         return [f"- {name}: no label picture, the experiment is not in this version's registry.", ""]
     path = out / ("labels_" + name.replace("/", "_").replace("=", "") + ".png")
     try:
-        import numpy as np
-
         fed = exp.spec(seed=0).build().federation
     except (FedcondError, OSError) as e:
         return [f"- {name}: no label picture ({str(e).splitlines()[0]}).", ""]
-    counts = np.stack([np.bincount(c.y_train.numpy(), minlength=fed.num_classes) for c in fed.clients])
-    label_distribution(counts, fed.label_names, f"{name} (seed 0)", str(path))
+    label_distribution(fed.label_counts(), fed.label_names, f"{name} (seed 0)", str(path))
     rel = os.path.relpath(path, out)
     return [
         f"![label distribution of {name}]({rel})",

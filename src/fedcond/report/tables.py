@@ -372,25 +372,35 @@ def _mean_std(values: tuple[float, ...]) -> str:
     return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} ± {statistics.stdev(values):.3f}"
 
 
-def newcomers_section(ok: list[dict]) -> list[str]:
-    """Runs with clients held out of training (--holdout-clients): seen and unseen accuracy side by
-    side, per experiment, statistic and method; across protocols, since they differ by option only.
-    With what a training client sent, received and computed, where the method counts it
-    (extra.traffic, algorithms/traffic.py)."""
-    rows: dict[tuple, list[dict]] = {}
+def newcomer_groups(ok: list[dict]) -> dict[tuple, list[dict]]:
+    """The rows with clients held out (--holdout-clients), grouped by (experiment, statistic, method,
+    rounds) in report order: across protocols, since they differ by option only; a budget of more
+    rounds (a probe's) is a group of its own. The newcomers table and its figure read these."""
+    groups: dict[tuple, list[dict]] = {}
     for r in ok:
         extra = r.get("extra") or {}
         if "unseen_accuracy" in extra and r["accuracy"] is not None:
             statistic = (r.get("protocol") or {}).get("statistic", "eigenvalues")
-            rows.setdefault((r["experiment"], statistic, r["method"], r.get("rounds") or 0), []).append(r)
-    if not rows:
+            groups.setdefault((r["experiment"], statistic, r["method"], r.get("rounds") or 0), []).append(r)
+    order = sorted(groups, key=lambda k: (experiment_order(k[0]), k[1], method_order(k[2]), k[3]))
+    return {k: groups[k] for k in order}
+
+
+def seen_unseen(runs: list[dict]) -> tuple[float, float]:
+    """A group's seen and unseen accuracy, each the mean over its seeds."""
+    return statistics.fmean(r["accuracy"] for r in runs), statistics.fmean(r["extra"]["unseen_accuracy"] for r in runs)
+
+
+def newcomers_section(ok: list[dict]) -> list[str]:
+    """Runs with clients held out of training (--holdout-clients): seen and unseen accuracy side by
+    side, per experiment, statistic and method (newcomer_groups). With what a training client sent,
+    received and computed, where the method counts it (extra.traffic, algorithms/traffic.py)."""
+    groups = newcomer_groups(ok)
+    if not groups:
         return []
     table = []
-    for (exp, statistic, method, _), runs in sorted(
-        rows.items(), key=lambda kv: (experiment_order(kv[0][0]), kv[0][1], method_order(kv[0][2]), kv[0][3])
-    ):  # a budget of more rounds (a probe's) is a row of its own
-        seen = statistics.fmean(r["accuracy"] for r in runs)
-        unseen = statistics.fmean(r["extra"]["unseen_accuracy"] for r in runs)
+    for (exp, statistic, method, _), runs in groups.items():
+        seen, unseen = seen_unseen(runs)
         table.append(
             [
                 exp,

@@ -51,6 +51,10 @@ class Federation:
     def sizes(self) -> np.ndarray:
         return np.array([c.n_train for c in self.clients])
 
+    def label_counts(self) -> np.ndarray:
+        """[clients, classes] training-label counts (scenario describe and its picture, the report's)."""
+        return np.stack([np.bincount(c.y_train.numpy(), minlength=self.num_classes) for c in self.clients])
+
 
 @dataclass(frozen=True)
 class GroundTruth:
