@@ -163,6 +163,13 @@ def _add_protocol_args(p: argparse.ArgumentParser) -> None:
         help="what the network sees: standardised pixels (default, per channel) or raw x/255 in [0, 1]",
     )
     p.add_argument(
+        "--drop-last",
+        action="store_const",
+        const=True,
+        default=None,
+        help="local SGD drops each epoch's partial last batch (PyTorch's drop_last=True; default: kept)",
+    )
+    p.add_argument(
         "--holdout-clients",
         type=int,
         help="per cluster, clients kept out of training and evaluated as "

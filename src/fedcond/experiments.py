@@ -90,6 +90,7 @@ PROTOCOL_OPTIONS = (
     "precision",
     "model",
     "inputs",
+    "drop_last",
 )
 SCENARIO_OPTIONS = ("groups",)
 

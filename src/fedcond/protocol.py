@@ -48,6 +48,9 @@ class Protocol:
     # what the network sees: standardised (x / 255 - mean) / std per channel (fedcond's default) | raw x / 255
     #   in [0, 1] (the paper never mentions standardising inputs; a reading probed for Gossip, issue 40)
     inputs: str = "standardised"
+    # each epoch's partial last batch: kept (fedcond's default) | dropped, as DataLoader(drop_last=True) does
+    #   (the paper does not say; at super sparse ~300 samples a client make 5 steps an epoch or 4; issue 40)
+    drop_last: bool = False
 
     @property
     def rounds(self) -> int:

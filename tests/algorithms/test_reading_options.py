@@ -1,5 +1,6 @@
 """Options that name readings of the paper being probed (issue 40): raw inputs (`inputs=raw`, no
-standardisation) and Gossip's momentum carried across rounds (`Gossip(carry_momentum=true)`)."""
+standardisation), Gossip's momentum carried across rounds (`Gossip(carry_momentum=true)`) and the local
+SGD dropping each epoch's partial last batch (`drop_last=true`)."""
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from fedcond.protocol import Protocol
 from fedcond.scenarios import make_scenario
 from fedcond.simulate import make_context, run_method
 from fedcond.algorithms import make_algorithm
+from fedcond.engine import SGDConfig, batch_order
 
 PROTOCOL = Protocol(epochs=2, batch_size=32)
 
@@ -49,3 +51,22 @@ def test_gossip_carries_each_clients_momentum_only_when_asked(digits):
     for a, b in zip(reset[0].models, carried[0].models):  # round 1 starts from zero buffers either way
         assert all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], b[k]) for a, b in zip(reset[1].models, carried[1].models) for k in a)
+
+
+def test_drop_last_drops_each_epochs_partial_batch_from_the_same_permutation():
+    kept = batch_order(300, 64, 2, (7,))
+    dropped = batch_order(300, 64, 2, (7,), drop_last=True)
+    assert [len(b) for b in kept] == [64, 64, 64, 64, 44] * 2  # 5 steps an epoch at super sparse
+    assert [len(b) for b in dropped] == [64] * 8  # 4: what DataLoader(drop_last=True) gives
+    assert all((a == b).all() for a, b in zip(dropped, kept[:4] + kept[5:9]))
+    assert [len(b) for b in batch_order(50, 64, 1, (7,), drop_last=True)] == [50]  # a small client keeps one batch
+    assert [len(b) for b in batch_order(128, 64, 1, (7,), drop_last=True)] == [64, 64]  # nothing partial
+
+
+def test_drop_last_is_a_named_cell_and_reaches_the_optimiser(digits):
+    assert variant_name("paper", {"drop_last": True}) == "paper[drop_last=True]"
+    assert variant_name("paper", {"drop_last": False}) == "paper"
+    assert SGDConfig.of(PROTOCOL.replace(drop_last=True)).drop_last and not SGDConfig.of(PROTOCOL).drop_last
+    a = run_method(digits, "FedAvg", PROTOCOL.replace(batch_size=40))
+    b = run_method(digits, "FedAvg", PROTOCOL.replace(batch_size=40, drop_last=True))
+    assert a.per_client != b.per_client

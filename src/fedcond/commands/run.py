@@ -71,6 +71,7 @@ def run_command(args) -> int:
         precision=args.precision,
         model=args.model,
         inputs=args.inputs,
+        drop_last=args.drop_last,
     )
     from ..engine.precision import check_supported
 

@@ -33,11 +33,18 @@ class SGDConfig:
     weight_decay: float = 0.0
     max_grad_norm: float | None = None  # clip each step's whole gradient (regulariser terms included) to this norm
     precision: str = "fp32"  # fp32 | bf16: each step's forward under bf16 autocast, fp32 master weights (precision.py)
+    drop_last: bool = False  # drop each epoch's partial last batch (DataLoader(drop_last=True)); a reading (issue 40)
 
     @classmethod
     def of(cls, protocol) -> "SGDConfig":
         """The optimiser a training protocol (protocol.Protocol) names: lr, momentum, batch size, precision."""
-        return cls(protocol.lr, protocol.momentum, protocol.batch_size, precision=protocol.precision)
+        return cls(
+            protocol.lr,
+            protocol.momentum,
+            protocol.batch_size,
+            precision=protocol.precision,
+            drop_last=protocol.drop_last,
+        )
 
 
 @dataclass
@@ -90,17 +97,24 @@ class JobResult:
     losses: list[float] = field(default_factory=list)  # per-epoch mean loss
 
 
-def batch_order(n: int, batch_size: int, epochs: int, seed: tuple[int, ...]) -> list[np.ndarray]:
+def batch_order(
+    n: int, batch_size: int, epochs: int, seed: tuple[int, ...], drop_last: bool = False
+) -> list[np.ndarray]:
     """Shuffled minibatch indices for `epochs` passes over n samples.
 
     A trailing batch of one sample joins the previous batch (batch norm cannot train on one sample).
+    With `drop_last` each epoch's partial last batch is dropped instead, as PyTorch's
+    DataLoader(drop_last=True) does, except that a client with fewer than `batch_size` samples keeps its
+    one batch (the loader would train it on nothing). The permutations are the same either way.
     """
     rng = np.random.default_rng(np.random.SeedSequence([0xBA7C, *seed]))  # purpose: batch order
     batches = []
     for _ in range(epochs):
         perm = rng.permutation(n)
         chunks = [perm[i : i + batch_size] for i in range(0, n, batch_size)]
-        if len(chunks) > 1 and len(chunks[-1]) == 1:
+        if drop_last and len(chunks) > 1 and len(chunks[-1]) < batch_size:
+            chunks.pop()
+        elif len(chunks) > 1 and len(chunks[-1]) == 1:
             last = chunks.pop()
             chunks[-1] = np.concatenate([chunks[-1], last])
         batches += chunks
@@ -168,7 +182,7 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
         for name, p in zip(names, params):
             opt.state[p]["momentum_buffer"] = job.momentum[name].clone()
     x_all = channels_last(job.x)
-    batches = batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed)
+    batches = batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed, sgd.drop_last)
     arithmetic = precision.autocast(sgd.precision)  # fp32: nothing; bf16: the forward under autocast
     losses, epoch_losses, per_epoch = (
         [],

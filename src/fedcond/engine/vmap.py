@@ -94,7 +94,7 @@ class VmapEngine:
         linear = stack([r.linear for r in reg]) if reg[0] is not None and reg[0].linear is not None else None
         mu = torch.tensor([r.mu if r is not None else 0.0 for r in reg], device=dev)  # [K]
 
-        orders = [batch_order(len(j.y), sgd.batch_size, j.epochs, j.seed) for j in jobs]
+        orders = [batch_order(len(j.y), sgd.batch_size, j.epochs, j.seed, sgd.drop_last) for j in jobs]
         steps = [len(o) for o in orders]
         width = max((len(b) for o in orders for b in o), default=1)  # padded batch size B
         xs = [self._on_device(j.x) for j in jobs]

@@ -82,6 +82,7 @@ def encode_jobs(jobs: list[Job], spec_json: str, kind: str = "train", **extra) -
                     job.sgd.weight_decay,
                     job.sgd.max_grad_norm,
                     job.sgd.precision,
+                    job.sgd.drop_last,
                 ],
                 "reg": None
                 if reg is None
