@@ -454,6 +454,11 @@ def _add_report_command(sub) -> None:
         help="CSV (experiment, method, explanation) of why cells differ from the "
         "published values by more than 3 pp (default: explanations.csv beside the database, if present)",
     )
+    rep.add_argument(
+        "--probes",
+        help="results database of reading probes, reported beside the default and the published values "
+        "(default: probes.sqlite beside the database, if present)",
+    )
     rep.add_argument("--protocol", help="only this protocol's rows (default: all, each in its own tables)")
     rep.add_argument(
         "--readme",
@@ -606,16 +611,22 @@ def main(argv: list[str] | None = None) -> int:
 
             return results_command(args)
         if args.command == "report":
+            from pathlib import Path
+
             from .report import write_report
 
             explanations = args.explanations
             if explanations is not None and not os.path.isfile(explanations):
                 raise FedcondError(f"no explanations file at {explanations}")
             if explanations is None and args.db:
-                from pathlib import Path
-
                 explanations = Path(args.db).with_name("explanations.csv")
-            print(write_report(args.db, args.out, args.protocol, explanations, readme=args.readme))
+            probes = args.probes
+            if probes is not None and not os.path.isfile(probes):
+                raise FedcondError(f"no probes database at {probes}")
+            if probes is None and args.db:
+                beside = Path(args.db).with_name("probes.sqlite")
+                probes = beside if beside.is_file() and beside.resolve() != Path(args.db).resolve() else None
+            print(write_report(args.db, args.out, args.protocol, explanations, readme=args.readme, probes=probes))
             return 0
     except FedcondError as e:
         print(_one_line(f"fedcond: error: {e}"), file=sys.stderr)

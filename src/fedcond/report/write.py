@@ -47,9 +47,11 @@ def write_report(
     protocol_name: str | None = None,
     explanations: str | Path | None = None,
     readme: str | Path | None = None,
+    probes: str | Path | None = None,
 ) -> Path:
     """Write `out_dir/report.md` and its PNG figures; return the report's path. With `readme`, also
-    refill that file's reproduction-summary block (readme.py) for `protocol_name`.
+    refill that file's reproduction-summary block (readme.py) for `protocol_name`. With `probes` (a
+    results database of reading probes), add the "Readings probed" section (readings.py).
 
     One section per protocol in the database (a smoke run is labelled as such in every heading,
     never presented as a reproduction), or only `protocol_name`'s. A protocol that the database
@@ -135,6 +137,10 @@ def write_report(
                 lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
     if shows_published:
         lines[legend_at:legend_at] = md.cells_legend()
+    if probes is not None and protocol_name in (None, "paper"):
+        from .readings import readings_section
+
+        lines += readings_section(read_database(probes).ok, db.ok, published)
     lines += standard_partitions_section(make_cells(db.ok, db.failed), out)
     lines += adhoc_section(list(db.ad_hoc_ok), protocol_name, out)
     newcomers = md.newcomers_section(ok)

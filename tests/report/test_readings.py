@@ -1,0 +1,76 @@
+"""The report's "Readings probed" section (issue 40): each probed reading's fit against the default's
+on the same cells, and the dead level a collapsed run sits at."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fedcond import results
+from fedcond.cli import main
+from fedcond.report import paper_results, write_report
+from fedcond.report.data import published_tables
+from fedcond.report.readings import candidates, dead_level, readings_section
+
+CELL = "E1/mnist/K=2/super_sparse"
+PUBLISHED = {r["method"]: r["accuracy"] for r in paper_results() if (r["table"], r["setting"], r["dataset"]) ==
+             ("XI", "K=2,super_sparse", "mnist")}
+
+
+def row(method: str, accuracy: float, protocol: str = "paper", rid: int = 1, seed: int = 0) -> dict:
+    return {"id": rid, "experiment": CELL, "method": method, "protocol_name": protocol, "seed": seed,
+            "accuracy": accuracy}
+
+
+def test_a_candidate_is_fitted_beside_the_default_on_the_same_cells_and_seed():
+    main_rows = [row("Gossip", PUBLISHED["Gossip"] + 0.05), row("Gossip", 0.9, seed=1)]
+    probes = [row("Gossip(carry_momentum=True)", PUBLISHED["Gossip"] + 0.01, "paper[inputs=raw]"),
+              row("Gossip(independent_init=True)", PUBLISHED["Gossip"] + 0.05, rid=2)]
+    found = candidates(probes, main_rows, published_tables(), levels=False)
+    assert [(c.method, c.protocol, c.is_default) for c in found] == [
+        ("Gossip(carry_momentum=True)", "paper[inputs=raw]", False), ("Gossip(independent_init=True)", "paper", True)]
+    cell = found[0].cells[0]
+    assert cell["default"] == pytest.approx(PUBLISHED["Gossip"] + 0.05)  # seed 0's row, not seed 1's
+    lines = "\n".join(readings_section(probes, main_rows, published_tables(), levels=False))
+    assert "| `Gossip(carry_momentum=True)` | `paper[inputs=raw]` | 1 | 1.0 pp | 5.0 pp | 1 of 1 | - |" in lines
+    assert "(the default)" in lines
+    assert readings_section([], main_rows, published_tables(), levels=False) == []
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(os.environ.get("FEDCOND_DATA", ""), "mnist.npz.xz")),
+                    reason="needs MNIST (FEDCOND_DATA)")
+def test_the_dead_level_is_each_clients_majority_share():
+    """E1 K=2: each client sees 5 of 10 digits, so a dead network scores about 1/5; E3b: all 10 digits
+    under a permutation, about 1/10."""
+    cache: dict = {}
+    e1 = dead_level("E1/mnist/K=2/rich", "paper", 0, cache)
+    e3b = dead_level("E3b/mnist/K=2/rich", "paper", 0, cache)
+    assert 0.19 < e1 < 0.25 and 0.09 < e3b < 0.13
+    assert dead_level("E1/mnist/K=2/rich", "paper", 0, cache) == e1 and len(cache) == 2
+    assert dead_level("no/such/experiment", "paper", 0, cache) is None
+
+
+def _db(path, method: str, accuracy: float, protocol: str = "paper") -> None:
+    con = results.connect(path)
+    results.save_run(con, family="E1", dataset="mnist", scenario={"family": "E1"}, method=method, seed=1,
+                     protocol={"epochs": 1}, result=None, experiment=CELL, protocol_name=protocol,
+                     status="failed", error="x")  # a failed row is never a reading
+    from tests.report.test_report import FakeResult
+
+    results.save_run(con, family="E1", dataset="mnist", scenario={"family": "E1"}, method=method, seed=0,
+                     protocol={"epochs": 1}, result=FakeResult(accuracy), experiment=CELL, protocol_name=protocol)
+    con.close()
+
+
+def test_the_report_reads_a_probes_database_beside_the_results(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FEDCOND_DATA", str(tmp_path / "no-data"))  # no dead level: the column says "-"
+    _db(tmp_path / "paper.sqlite", "Gossip", 0.2)
+    assert "Readings probed" not in write_report(tmp_path / "paper.sqlite", tmp_path / "a").read_text()
+    _db(tmp_path / "probes.sqlite", "Gossip(carry_momentum=True)", 0.15, "paper[inputs=raw]")
+    assert main(["report", "--db", str(tmp_path / "paper.sqlite"), "--out", str(tmp_path / "b")]) == 0
+    text = (tmp_path / "b" / "report.md").read_text()
+    assert "### Readings probed" in text and "`Gossip(carry_momentum=True)` | `paper[inputs=raw]` | 1 |" in text
+    capsys.readouterr()
+    assert main(["report", "--db", str(tmp_path / "paper.sqlite"), "--probes", str(tmp_path / "none.sqlite")]) == 2
+    assert capsys.readouterr().err.strip() == f"fedcond: error: no probes database at {tmp_path / 'none.sqlite'}"
