@@ -23,6 +23,11 @@ def input_normalisation(protocol: "Protocol", mean: tuple[float, ...], std: tupl
     return mean, std
 
 
+def conditioning_of(alg, protocol: "Protocol") -> str:
+    """How `alg`'s model takes s: its own `conditioning` field where it has one set, else the protocol's."""
+    return getattr(alg, "conditioning", None) or protocol.conditioning
+
+
 @dataclass(frozen=True)
 class Protocol:
     epochs: int = 20  # SPEC A.4

@@ -21,7 +21,7 @@ from .errors import FedcondError
 from .holdout import Unseen, evaluate_unseen, hold_out, unseen_statistics
 from .models import ModelSpec
 from .plugin_loading import plugins_record
-from .protocol import Protocol, input_normalisation
+from .protocol import Protocol, conditioning_of, input_normalisation
 from .results import pack_hits
 from .scenarios import Scenario
 
@@ -104,7 +104,9 @@ def make_context(
         plain_model=plain,
         conditioned_model=(
             dataclasses.replace(
-                plain, stat_dim=S.statistic_dim(protocol.statistic, protocol.num_eigenvalues, fed.num_classes)
+                plain,
+                stat_dim=S.statistic_dim(protocol.statistic, protocol.num_eigenvalues, fed.num_classes),
+                conditioning=conditioning_of(alg, protocol),
             )
             if alg.conditioned
             else None

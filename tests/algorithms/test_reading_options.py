@@ -70,3 +70,23 @@ def test_drop_last_is_a_named_cell_and_reaches_the_optimiser(digits):
     a = run_method(digits, "FedAvg", PROTOCOL.replace(batch_size=40))
     b = run_method(digits, "FedAvg", PROTOCOL.replace(batch_size=40, drop_last=True))
     assert a.per_client != b.per_client
+
+
+def test_the_deployable_conditional_takes_its_own_conditioning_the_pooled_one_the_protocols(digits):
+    """`Conditional-FedAvg(conditioning=film)` builds a FiLM model in a cell whose protocol (and so the
+    pooled Conditional beside it) keeps concat; unset, it follows the protocol."""
+    from fedcond.algorithms import make_algorithm
+
+    proto = PROTOCOL.replace(statistic="class_means")
+    film = make_context(digits, make_algorithm("Conditional-FedAvg(conditioning=film)"), proto, 0)
+    plain = make_context(digits, make_algorithm("Conditional-FedAvg"), proto, 0)
+    pooled = make_context(digits, make_algorithm("Conditional"), proto, 0)
+    assert film.spec(True).conditioning == "film" and film.spec(True).build().film is not None
+    assert plain.spec(True).conditioning == pooled.spec(True).conditioning == "concat"
+    assert make_context(digits, make_algorithm("Conditional-FedAvg"), proto.replace(conditioning="film"), 0).spec(
+        True
+    ).conditioning == "film"
+    a = run_method(digits, "Conditional-FedAvg(conditioning=film)", proto)
+    assert a.per_client != run_method(digits, "Conditional-FedAvg", proto).per_client
+    with pytest.raises(FedcondError, match="conditioning must be concat or film"):
+        make_algorithm("Conditional-FedAvg(conditioning=gate)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..errors import FedcondError
 from .base import Algorithm, Context, State, aggregate, receive, send
 from .server_opt import ServerOptimiser
 
@@ -44,6 +45,14 @@ class ConditionalFedAvg(FedAvg):
     as an input; only the shared weights travel (the statistics never leave the client)."""
 
     conditioned: ClassVar[bool] = True
+    # how the model takes s (models/cnn.py): concat | film; None: the protocol's (`--conditioning`), so the
+    # deployable method can use FiLM while the paper's pooled Conditional in the same cell keeps concat
+    conditioning: str | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.conditioning not in (None, "concat", "film"):
+            raise FedcondError(f"conditioning must be concat or film, got {self.conditioning!r}")
 
     def init(self, ctx: Context) -> State:
         # the secure sum of the statistics (flower/secure_sum.py): each client sends its statistic

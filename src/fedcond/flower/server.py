@@ -28,7 +28,7 @@ from ..engine import Job, JobResult, SGDConfig
 from .. import safe_state, stats as S
 from ..errors import FedcondError
 from ..models import ModelSpec
-from ..protocol import input_normalisation
+from ..protocol import conditioning_of, input_normalisation
 from ..scenarios.federation import Federation
 from ..simulate import run_rounds
 from . import secure_sum
@@ -256,7 +256,7 @@ def serve(grid, run: FlowerRun, log: Callable[[str], None] = _to_stderr) -> dict
     if not alg.federated or alg.needs_truth:
         raise FedcondError(f"{run.method} trains on pooled data or needs the true clusters; it has no federated form")
     exchange, fed = connect(grid, run, alg.conditioned, log)
-    ctx = server_context(exchange, fed, run, alg.conditioned, log)
+    ctx = server_context(exchange, fed, run, alg.conditioned, log, conditioning_of(alg, run.protocol))
     ckpt_path = Path(run.checkpoint) if run.checkpoint else None
     state, done = first_state(alg, ctx, exchange, run, ckpt_path, log)
     history = []
@@ -324,7 +324,12 @@ def connect(grid, run: FlowerRun, conditioned: bool, log: Callable[[str], None])
 
 
 def server_context(
-    exchange: Exchange, fed: Federation, run: FlowerRun, conditioned: bool, log: Callable[[str], None]
+    exchange: Exchange,
+    fed: Federation,
+    run: FlowerRun,
+    conditioned: bool,
+    log: Callable[[str], None],
+    conditioning: str | None = None,
 ) -> ServerContext:
     """The algorithm's context on the server (the clients' statistics normalised first, on the clients)."""
     protocol = run.protocol
@@ -337,7 +342,11 @@ def server_context(
     return ServerContext(
         federation=fed,
         plain_model=plain,
-        conditioned_model=dataclasses.replace(plain, stat_dim=stat_dim) if conditioned else None,
+        conditioned_model=(
+            dataclasses.replace(plain, stat_dim=stat_dim, conditioning=conditioning or protocol.conditioning)
+            if conditioned
+            else None
+        ),
         engine=engine,
         seed=run.seed,
         local_epochs=protocol.local_epochs,
