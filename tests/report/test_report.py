@@ -358,6 +358,34 @@ def test_newcomers_section_shows_seen_and_unseen_per_statistic(tmp_path):
     assert (tmp_path / "out" / "newcomers_seen_unseen.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_newcomers_summary_says_who_wins_where_and_the_deployable_gap_to_oracle(tmp_path):
+    """Two configurations: Conditional-FedAvg within 1.5 pp of Oracle on one (seen and unseen), 6 pp
+    short on the other; Ditto has no model for a newcomer, so it is in the table with its seen
+    accuracy only and never 'best on the newcomers'."""
+    con = results.connect(tmp_path / "r.sqlite")
+    scores = {
+        "E3b/mnist/K=2/rich": {"Oracle": (0.99, 0.99), "Conditional-FedAvg": (0.985, 0.98), "FedAvg": (0.5, 0.5),
+                               "Ditto": (0.99, None)},
+        "E3b/mnist/K=2/super_sparse": {"Oracle": (0.99, 0.99), "Conditional-FedAvg": (0.93, 0.92),
+                                       "FedAvg": (0.45, 0.45), "Ditto": (0.95, None)},
+    }
+    for exp, methods in scores.items():
+        for method, (seen, unseen) in methods.items():
+            extra = {} if unseen is None else {"unseen_accuracy": unseen}
+            results.save_run(con, family="E3b", dataset="mnist", scenario={}, method=method, seed=0,
+                             protocol={"statistic": "class_means", "holdout_clients": 1},
+                             result=FakeResult(seen, weighted_accuracy=seen, extra=extra), experiment=exp,
+                             protocol_name="paper[statistic=class_means,holdout_clients=1]")
+    con.close()
+    section = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text().split("## Clients never seen")[1]
+    assert "| E3b/mnist/K=2/rich | - | Ditto | 99.0 | - | - | 1 |" in section
+    assert "- Best method other than Oracle on the training clients (seen): Ditto on 2 of 2." in section
+    assert "- Best method other than Oracle on the newcomers (unseen): Conditional-FedAvg on 2 of 2." in section
+    assert ("- Conditional-FedAvg against Oracle, seen: within 1.5 pp on 1 of 2 configuration(s); mean -3.2 pp, "
+            "worst -6.0 pp on E3b/mnist/K=2/super_sparse (class_means).") in section
+    assert "- Conditional-FedAvg against Oracle, unseen: within 1.5 pp on 1 of 2" in section
+
+
 def test_wall_time_per_configuration_names_the_cpu(tmp_path):
     con = results.connect(tmp_path / "r.sqlite")
     for method, seconds in (("FedAvg", 300.0), ("Ditto", 1800.0)):

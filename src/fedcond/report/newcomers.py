@@ -22,6 +22,8 @@ def draw_seen_unseen(ok: list[dict], out: Path) -> Path | None:
     points: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for (_, statistic, method, _), runs in newcomer_groups(ok).items():
         seen, unseen = seen_unseen(runs)
+        if unseen is None:
+            continue  # no model for a newcomer: no point
         key = (method, statistic if method.startswith("Conditional") else "")
         points.setdefault(key, []).append((100 * seen, 100 * unseen))
     if not points:

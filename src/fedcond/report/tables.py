@@ -378,17 +378,69 @@ def newcomer_groups(ok: list[dict]) -> dict[tuple, list[dict]]:
     rounds (a probe's) is a group of its own. The newcomers table and its figure read these."""
     groups: dict[tuple, list[dict]] = {}
     for r in ok:
-        extra = r.get("extra") or {}
-        if "unseen_accuracy" in extra and r["accuracy"] is not None:
-            statistic = (r.get("protocol") or {}).get("statistic", "eigenvalues")
+        extra, protocol = r.get("extra") or {}, r.get("protocol") or {}
+        # a method with no model for a newcomer (Local, Ditto) still has its seen accuracy under the hold-out
+        held = "unseen_accuracy" in extra or (protocol.get("holdout_clients") or 0) > 0
+        if held and r["accuracy"] is not None:
+            statistic = protocol.get("statistic", "eigenvalues")
             groups.setdefault((r["experiment"], statistic, r["method"], r.get("rounds") or 0), []).append(r)
     order = sorted(groups, key=lambda k: (experiment_order(k[0]), k[1], method_order(k[2]), k[3]))
     return {k: groups[k] for k in order}
 
 
-def seen_unseen(runs: list[dict]) -> tuple[float, float]:
-    """A group's seen and unseen accuracy, each the mean over its seeds."""
-    return statistics.fmean(r["accuracy"] for r in runs), statistics.fmean(r["extra"]["unseen_accuracy"] for r in runs)
+def seen_unseen(runs: list[dict]) -> tuple[float, float | None]:
+    """A group's seen and unseen accuracy, each the mean over its seeds; unseen None where the method
+    serves no newcomer."""
+    unseen = [r["extra"]["unseen_accuracy"] for r in runs if "unseen_accuracy" in (r.get("extra") or {})]
+    return statistics.fmean(r["accuracy"] for r in runs), (statistics.fmean(unseen) if unseen else None)
+
+
+def newcomers_summary(groups: dict[tuple, list[dict]], within: float = 0.015) -> list[str]:
+    """A few sentences from the newcomers table: which method is best where (seen, unseen), and how far
+    each deployable Conditional (`Conditional-FedAvg...`) lies from Oracle, its gaps included. Only the
+    configurations (experiment, statistic) where Oracle ran are compared, each method at its fewest
+    rounds (a probe's longer budget is left out)."""
+    by_config: dict[tuple[str, str], dict[str, tuple[float, float | None]]] = {}
+    for (exp, statistic, method, rounds), runs in sorted(groups.items(), key=lambda kv: -kv[0][3]):
+        by_config.setdefault((exp, statistic), {})[method] = seen_unseen(runs)  # the fewest rounds win
+    configs = {k: v for k, v in by_config.items() if "Oracle" in v and len(v) > 1}
+    if not configs:
+        return []
+    lines = []
+    for which, index in (("the training clients (seen)", 0), ("the newcomers (unseen)", 1)):
+        wins: dict[str, list[str]] = {}
+        for (exp, _), methods in configs.items():
+            scored = {m: v[index] for m, v in methods.items() if v[index] is not None and m != "Oracle"}
+            if scored:
+                best = max(scored.values())
+                for m, v in scored.items():
+                    if v == best:
+                        wins.setdefault(m, []).append(exp)
+        if wins:
+            ranked = sorted(wins.items(), key=lambda kv: (-len(kv[1]), method_order(kv[0])))
+            lines.append(
+                f"- Best method other than Oracle on {which}: "
+                + "; ".join(f"{m} on {len(e)} of {len(configs)}" for m, e in ranked)
+                + "."
+            )
+    deployable = sorted({m for v in configs.values() for m in v if m.startswith("Conditional-FedAvg")})
+    for m in deployable:
+        for which, index in (("seen", 0), ("unseen", 1)):
+            gaps = [
+                (v[m][index] - v["Oracle"][index], exp, statistic)
+                for (exp, statistic), v in configs.items()
+                if m in v and v[m][index] is not None and v["Oracle"][index] is not None
+            ]
+            if not gaps:
+                continue
+            close = sum(g >= -within for g, _, _ in gaps)
+            worst = min(gaps)
+            lines.append(
+                f"- {m} against Oracle, {which}: within {100 * within:.1f} pp on {close} of {len(gaps)} "
+                f"configuration(s); mean {pp(statistics.fmean(g for g, _, _ in gaps))}, worst "
+                f"{pp(worst[0])} on {worst[1]} ({worst[2]})."
+            )
+    return lines
 
 
 def newcomers_section(ok: list[dict]) -> list[str]:
@@ -407,8 +459,8 @@ def newcomers_section(ok: list[dict]) -> list[str]:
                 statistic if method.startswith("Conditional") else "-",
                 method,
                 pct(seen),
-                pct(unseen),
-                pp(unseen - seen),
+                "-" if unseen is None else pct(unseen),
+                "-" if unseen is None else pp(unseen - seen),
                 str(len(runs)),
                 *_traffic_cells(runs[0]),
             ]
@@ -420,7 +472,9 @@ def newcomers_section(ok: list[dict]) -> list[str]:
             "## Clients never seen in training",
             "",
             "Runs with `--holdout-clients`: accuracy (%) of the training clients (seen) and of the held-out ones "
-            "(unseen), each evaluated with its own statistic, mean over seeds. Communication and compute of a "
+            "(unseen), each evaluated with its own statistic, mean over seeds (`-`: the method has no model for "
+            "a newcomer, e.g. Local and Ditto, whose models belong to the training clients). Communication and "
+            "compute of a "
             "training client over the whole run, mean over clients, as measured (seed 0's run; `-`: the method "
             "does not count it): megabytes of tensors the server sent it and it sent back (a pooled method's "
             "clients send their training data), and the samples it trained on (forward and backward).",
@@ -428,6 +482,7 @@ def newcomers_section(ok: list[dict]) -> list[str]:
         ]
         + _table(head, table)
         + [""]
+        + (lines + [""] if (lines := newcomers_summary(groups)) else [])
     )
 
 
