@@ -90,3 +90,18 @@ def test_the_deployable_conditional_takes_its_own_conditioning_the_pooled_one_th
     assert a.per_client != run_method(digits, "Conditional-FedAvg", proto).per_client
     with pytest.raises(FedcondError, match="conditioning must be concat or film"):
         make_algorithm("Conditional-FedAvg(conditioning=gate)")
+
+
+def test_the_deployable_conditional_may_train_more_local_epochs_in_the_same_rounds(digits):
+    """`Conditional-FedAvg(local_epochs=3)`: the protocol's rounds, three epochs a round on each client
+    (measured by the traffic counters: three times the samples of one epoch a round)."""
+    proto = PROTOCOL.replace(statistic="class_means")  # 2 rounds x 1 local epoch
+    one = run_method(digits, "Conditional-FedAvg(local_epochs=1)", proto)
+    three = run_method(digits, "Conditional-FedAvg(local_epochs=3)", proto)
+    t1, t3 = one.extra["traffic"], three.extra["traffic"]
+    assert t1["rounds"] == t3["rounds"] == 2
+    assert t3["samples_trained_per_client"] == pytest.approx(3 * t1["samples_trained_per_client"])
+    assert t3["bytes_up_per_client"] == t1["bytes_up_per_client"]  # the same communication
+    assert one.per_client == run_method(digits, "Conditional-FedAvg", proto).per_client  # None: the protocol's
+    with pytest.raises(FedcondError, match="local_epochs must be >= 1"):
+        make_algorithm("Conditional-FedAvg(local_epochs=0)")

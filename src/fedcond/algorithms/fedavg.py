@@ -29,7 +29,8 @@ class FedAvg(ServerOptimiser, Algorithm):
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
-        jobs = [ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
+        epochs = self.epochs_per_round(ctx)
+        jobs = [ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i), epochs=epochs) for i in range(n)]
         send(ctx, range(n), state.models[0])
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         receive(ctx, range(n), results)
@@ -37,6 +38,10 @@ class FedAvg(ServerOptimiser, Algorithm):
         w, slots = self.server_step(state.models[0], replies.average(), state.extra.get("server"))
         extra = {} if slots is None else {"server": slots}
         return State(models=(w,), assignment=state.assignment, round=r + 1, train_loss=replies.loss, extra=extra)
+
+    def epochs_per_round(self, ctx: Context) -> int:
+        """Local epochs of a round: the protocol's (`--local-epochs`)."""
+        return ctx.local_epochs
 
 
 @dataclass(frozen=True)
@@ -48,11 +53,18 @@ class ConditionalFedAvg(FedAvg):
     # how the model takes s (models/cnn.py): concat | film; None: the protocol's (`--conditioning`), so the
     # deployable method can use FiLM while the paper's pooled Conditional in the same cell keeps concat
     conditioning: str | None = None
+    # local epochs per round, the rounds staying the protocol's; None: the protocol's (`--local-epochs`)
+    local_epochs: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
         if self.conditioning not in (None, "concat", "film"):
             raise FedcondError(f"conditioning must be concat or film, got {self.conditioning!r}")
+        if self.local_epochs is not None and self.local_epochs < 1:
+            raise FedcondError(f"local_epochs must be >= 1, got {self.local_epochs}")
+
+    def epochs_per_round(self, ctx: Context) -> int:
+        return ctx.local_epochs if self.local_epochs is None else self.local_epochs
 
     def init(self, ctx: Context) -> State:
         # the secure sum of the statistics (flower/secure_sum.py): each client sends its statistic
