@@ -73,21 +73,22 @@ def test_drop_last_is_a_named_cell_and_reaches_the_optimiser(digits):
 
 
 def test_the_deployable_conditional_takes_its_own_conditioning_the_pooled_one_the_protocols(digits):
-    """`Conditional-FedAvg(conditioning=film)` builds a FiLM model in a cell whose protocol (and so the
-    pooled Conditional beside it) keeps concat; unset, it follows the protocol."""
+    """`Conditional-FedAvg` (FiLM by default) builds a FiLM model in a cell whose protocol (and so the
+    pooled Conditional beside it) keeps concat; `conditioning=None` follows the protocol."""
     from fedcond.algorithms import make_algorithm
 
     proto = PROTOCOL.replace(statistic="class_means")
-    film = make_context(digits, make_algorithm("Conditional-FedAvg(conditioning=film)"), proto, 0)
-    plain = make_context(digits, make_algorithm("Conditional-FedAvg"), proto, 0)
+    film = make_context(digits, make_algorithm("Conditional-FedAvg"), proto, 0)
+    follows = make_context(digits, make_algorithm("Conditional-FedAvg(conditioning=None)"), proto, 0)
     pooled = make_context(digits, make_algorithm("Conditional"), proto, 0)
     assert film.spec(True).conditioning == "film" and film.spec(True).build().film is not None
-    assert plain.spec(True).conditioning == pooled.spec(True).conditioning == "concat"
-    assert make_context(digits, make_algorithm("Conditional-FedAvg"), proto.replace(conditioning="film"), 0).spec(
+    assert follows.spec(True).conditioning == pooled.spec(True).conditioning == "concat"
+    film_protocol = proto.replace(conditioning="film")
+    assert make_context(digits, make_algorithm("Conditional-FedAvg(conditioning=None)"), film_protocol, 0).spec(
         True
     ).conditioning == "film"
-    a = run_method(digits, "Conditional-FedAvg(conditioning=film)", proto)
-    assert a.per_client != run_method(digits, "Conditional-FedAvg", proto).per_client
+    a = run_method(digits, "Conditional-FedAvg(conditioning=film,local_epochs=1)", proto)
+    assert a.per_client != run_method(digits, "Conditional-FedAvg(conditioning=concat,local_epochs=1)", proto).per_client
     with pytest.raises(FedcondError, match="conditioning must be concat or film"):
         make_algorithm("Conditional-FedAvg(conditioning=gate)")
 
@@ -102,6 +103,6 @@ def test_the_deployable_conditional_may_train_more_local_epochs_in_the_same_roun
     assert t1["rounds"] == t3["rounds"] == 2
     assert t3["samples_trained_per_client"] == pytest.approx(3 * t1["samples_trained_per_client"])
     assert t3["bytes_up_per_client"] == t1["bytes_up_per_client"]  # the same communication
-    assert one.per_client == run_method(digits, "Conditional-FedAvg", proto).per_client  # None: the protocol's
+    assert one.per_client == run_method(digits, "Conditional-FedAvg(local_epochs=None)", proto).per_client
     with pytest.raises(FedcondError, match="local_epochs must be >= 1"):
         make_algorithm("Conditional-FedAvg(local_epochs=0)")

@@ -14,11 +14,14 @@ def test_private_conditional_reports_its_privacy_budget(fl_scenario, flower_sess
     res, _ = flower_session["DP"]
     plain, _ = flower_session["Conditional"]
     assert res["delta"] == DP_DELTA
-    # the largest budget is the smallest client's: 2 rounds x 1 epoch of m = ceil(n / 64) Poisson-sampled
-    # steps at sampling rate q = 1 / m (Opacus's expected batch of 64)
+    # the largest budget is the smallest client's: 2 rounds x E local epochs (Conditional-FedAvg's own, 5)
+    # of m = ceil(n / 64) Poisson-sampled steps at sampling rate q = 1 / m (Opacus's expected batch of 64)
+    from fedcond.algorithms import make_algorithm
+
+    epochs = make_algorithm("Conditional-FedAvg").local_epochs
     m = -(-int(fl_scenario.federation.sizes().min()) // 64)
     acc = RDPAccountant()
-    acc.history = [(DP_NOISE, 1 / m, 2 * m)]
+    acc.history = [(DP_NOISE, 1 / m, 2 * epochs * m)]
     assert 0 < res["epsilon"] < np.inf
     assert res["epsilon"] == pytest.approx(acc.get_epsilon(DP_DELTA), rel=0.05)
     assert res["per_client"] != plain["per_client"]  # noise and clipping changed the training

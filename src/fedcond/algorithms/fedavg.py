@@ -50,11 +50,14 @@ class ConditionalFedAvg(FedAvg):
     as an input; only the shared weights travel (the statistics never leave the client)."""
 
     conditioned: ClassVar[bool] = True
+    # The defaults make it train where clients are many and small (issue 45's probe, docs/choices.md
+    # "Server optimisers"): server momentum, FiLM and 5 local epochs a round, in the protocol's rounds.
+    server_opt: str = "momentum"
     # how the model takes s (models/cnn.py): concat | film; None: the protocol's (`--conditioning`), so the
-    # deployable method can use FiLM while the paper's pooled Conditional in the same cell keeps concat
-    conditioning: str | None = None
+    # deployable method takes FiLM while the paper's pooled Conditional in the same cell keeps concat
+    conditioning: str | None = "film"
     # local epochs per round, the rounds staying the protocol's; None: the protocol's (`--local-epochs`)
-    local_epochs: int | None = None
+    local_epochs: int | None = 5
 
     def __post_init__(self):
         super().__post_init__()
