@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import FedcondError
+from ..models import CONDITIONINGS
 from .base import Algorithm, Context, State, aggregate, receive, send
 from .server_opt import ServerOptimiser
 
@@ -61,8 +62,8 @@ class ConditionalFedAvg(FedAvg):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.conditioning not in (None, "concat", "film"):
-            raise FedcondError(f"conditioning must be concat or film, got {self.conditioning!r}")
+        if self.conditioning is not None and self.conditioning not in CONDITIONINGS:
+            raise FedcondError(f"conditioning must be {' or '.join(CONDITIONINGS)}, got {self.conditioning!r}")
         if self.local_epochs is not None and self.local_epochs < 1:
             raise FedcondError(f"local_epochs must be >= 1, got {self.local_epochs}")
 

@@ -329,9 +329,10 @@ def server_context(
     run: FlowerRun,
     conditioned: bool,
     log: Callable[[str], None],
-    conditioning: str | None = None,
+    conditioning: str,
 ) -> ServerContext:
-    """The algorithm's context on the server (the clients' statistics normalised first, on the clients)."""
+    """The algorithm's context on the server (the clients' statistics normalised first, on the clients);
+    `conditioning`: how the algorithm's model takes s (protocol.conditioning_of)."""
     protocol = run.protocol
     stat_dim = S.statistic_dim(protocol.statistic, protocol.num_eigenvalues, fed.num_classes)
     if conditioned:
@@ -343,9 +344,7 @@ def server_context(
         federation=fed,
         plain_model=plain,
         conditioned_model=(
-            dataclasses.replace(plain, stat_dim=stat_dim, conditioning=conditioning or protocol.conditioning)
-            if conditioned
-            else None
+            dataclasses.replace(plain, stat_dim=stat_dim, conditioning=conditioning) if conditioned else None
         ),
         engine=engine,
         seed=run.seed,
