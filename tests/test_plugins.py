@@ -287,6 +287,35 @@ def test_run_with_a_plugin_finds_its_method_and_model_in_two_worker_processes(tm
     assert without.returncode == 2 and "unknown method 'FedAvgM'" in without.stderr
 
 
+# ---- (ii b) $FEDCOND_PLUGINS: a process handed no list (a SuperNode, a Ray actor) -----------------
+def test_the_environment_list_loads_like_plugin_and_a_bad_entry_is_one_line(tmp_path):
+    env = _env(REPO)  # the repository importable from anywhere; the process starts elsewhere
+    env[plugin_loading.PLUGINS_ENV] = f" {EXAMPLE} ,"
+    code = (
+        "from fedcond.algorithms import make_algorithm; from fedcond import plugin_loading as p; "
+        "a = make_algorithm('FedAvgM(beta=0.5)'); print(type(a).__name__, a.beta, p.plugins_record())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:2] == ["FedAvgM", "0.5"] and EXAMPLE in out.stdout  # rows record it
+    env[plugin_loading.PLUGINS_ENV] = "no_such_plugin_module"
+    bad = subprocess.run(
+        [sys.executable, "-m", "fedcond.cli", "run", "--methods", "FedAvg", "--protocol", "smoke"],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "$FEDCOND_PLUGINS no_such_plugin_module: cannot load it: ModuleNotFoundError" in bad.stderr
+
+
+def test_export_hands_the_modules_and_the_working_directory_to_child_processes(monkeypatch, tmp_path):
+    monkeypatch.setenv(plugin_loading.PLUGINS_ENV, "a.b")
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    monkeypatch.chdir(tmp_path)
+    plugin_loading.export_plugins(["c", "a.b"])
+    assert os.environ[plugin_loading.PLUGINS_ENV] == "a.b,c"  # once each, the environment's first
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(tmp_path), "/somewhere"]
+
+
 # ---- (iii) an installed distribution's entry point ---------------------------------------------
 def _fake_distribution(site: Path) -> None:
     """What installing the toy package leaves on sys.path: the package and a dist-info whose

@@ -1,11 +1,14 @@
 """Finding and importing plug-ins: modules that register algorithms, datasets, models and
 statistics (the registration API is fedcond.plugins; docs/extending.md).
 
-Two sources: the `fedcond.plugins` entry-point group of the installed distributions, loaded once
+Three sources: the `fedcond.plugins` entry-point group of the installed distributions, loaded once
 and lazily, the first time a registry is read by name (so `import fedcond` stays cheap and a
-spawned worker loads them by itself); and the modules named with `--plugin MODULE`, imported by
-`import_plugins`, which this process remembers so that it can hand them to its workers (run.py,
-engine/pool.py, ray_backend.py), which import them before they resolve a name.
+spawned worker loads them by itself); the modules listed in $FEDCOND_PLUGINS, loaded at the same
+moment (a process that nobody hands a list to, a Flower SuperNode or Ray actor, takes them from its
+own environment: what a party imports is its operator's choice, never a peer's); and the modules
+named with `--plugin MODULE`, imported by `import_plugins`, which this process remembers so that it
+can hand them to its workers (run.py, engine/pool.py, ray_backend.py), which import them before
+they resolve a name.
 
 A foundation module: it imports nothing of fedcond but errors, so every registry may call
 `load_entry_points()` without an import circle (the plug-ins themselves import fedcond.plugins).
@@ -24,6 +27,8 @@ from .errors import FedcondError
 ENTRY_POINT_GROUP = "fedcond.plugins"
 # Set to 1 to ignore installed plug-ins (a clean baseline, or a broken one in the way).
 DISABLE_ENV = "FEDCOND_NO_ENTRY_POINTS"
+# Comma list of modules every fedcond process here imports when a registry is first read.
+PLUGINS_ENV = "FEDCOND_PLUGINS"
 
 _imported: list[str] = []  # --plugin modules imported here, in order
 _entry_points: list[str] = []  # entry points loaded here, as `name = value`
@@ -48,7 +53,7 @@ def _run(target: str) -> None:
         obj()
 
 
-def import_plugins(modules: Iterable[str]) -> None:
+def import_plugins(modules: Iterable[str], source: str = "--plugin") -> None:
     """Import each `MODULE` (or `MODULE:function`, then called) once; the working directory is
     searched as `python -m` would, so `--plugin my_plugin` finds ./my_plugin.py. Any failure is a
     one-line FedcondError (the CLI's exit 2)."""
@@ -63,13 +68,13 @@ def import_plugins(modules: Iterable[str]) -> None:
         if target in _imported:
             continue
         if not target or target.startswith((".", ":")):
-            raise FedcondError(f"--plugin '{target}': expected a module name such as my_package.my_plugin")
+            raise FedcondError(f"{source} '{target}': expected a module name such as my_package.my_plugin")
         try:
             _run(target)
         except FedcondError as e:  # the plug-in's own registration error (a duplicate name, ...)
-            raise FedcondError(f"--plugin {target}: {e}") from None
+            raise FedcondError(f"{source} {target}: {e}") from None
         except Exception as e:  # a plug-in is foreign code: whatever it raised, say it in one line
-            raise FedcondError(f"--plugin {target}: cannot load it: {_first_line(e)}") from None
+            raise FedcondError(f"{source} {target}: cannot load it: {_first_line(e)}") from None
         _imported.append(target)
 
 
@@ -80,12 +85,36 @@ def loaded_modules() -> tuple[str, ...]:
 
 def load_entry_points() -> None:
     """Load every `fedcond.plugins` entry point once (unless $FEDCOND_NO_ENTRY_POINTS is set): a
-    module is imported, a callable is called. A failing one is a one-line FedcondError naming it."""
+    module is imported, a callable is called. A failing one is a one-line FedcondError naming it.
+    Then the modules of $FEDCOND_PLUGINS (env_plugins), as --plugin would."""
     if _entry_points_state["loaded"]:
         return
     _entry_points_state["loaded"] = True  # first: a plug-in that reads a registry must not load itself again
-    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+    if os.environ.get(DISABLE_ENV, "") in ("", "0"):
+        _load_installed()
+    import_plugins(env_plugins(), source=f"${PLUGINS_ENV}")
+
+
+def env_plugins() -> list[str]:
+    """The modules $FEDCOND_PLUGINS names (comma-separated; blanks ignored)."""
+    return [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+
+
+def export_plugins(modules: Iterable[str]) -> None:
+    """Hand `modules` to the processes this one starts that are handed no list (a Flower simulation's
+    Ray actors): $FEDCOND_PLUGINS gets them, and $PYTHONPATH the working directory, where --plugin
+    looks first (a child process may start elsewhere)."""
+    modules = [m for m in dict.fromkeys([*env_plugins(), *modules]) if m]
+    if not modules:
         return
+    os.environ[PLUGINS_ENV] = ",".join(modules)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if os.getcwd() not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *paths])
+
+
+def _load_installed() -> None:
+    """The installed distributions' `fedcond.plugins` entry points, each once."""
     for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
         label = f"{ep.name} = {ep.value}"
         if label in _entry_points:

@@ -171,7 +171,8 @@ def statistic_dim(name: str, num_eigenvalues: int, num_classes: int) -> int:
 
 
 def check_statistic(name: str) -> str:
-    load_entry_points()  # installed plug-ins may register statistics
+    if name not in STATISTICS:  # a built-in name needs no plug-in (module-level protocols read one at import)
+        load_entry_points()  # installed plug-ins may register statistics
     if name not in STATISTICS:
         raise FedcondError(f"unknown statistic '{name}'; choose {', '.join(STATISTICS)}")
     return name

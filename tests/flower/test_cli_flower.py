@@ -67,3 +67,27 @@ def test_simulate_prints_json(capsys):
     res = json.loads(out)
     assert res["method"] == "FedAvg" and res["rounds"] == 1 and len(res["per_client"]) == 10
     assert 0 <= res["accuracy"] <= 1
+
+
+@pytest.mark.flower
+@pytest.mark.slow
+def test_simulate_with_a_plugin_reaches_the_simulated_supernodes():
+    """The plug-in's partition is built on every SuperNode (a Ray actor, handed the module through
+    $FEDCOND_PLUGINS) and its algorithm runs on the server; without --plugin the method is unknown."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("flwr")
+    shared_file("mnist.npz.xz")
+    repo = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "-m", "fedcond.cli", "flower", "simulate", "--experiment", "class_pairs/mnist/clients=20",
+            "--method", "FedAvgM(beta=0.5)", "--rounds", "1", "--fraction", "0.02", "--data-dir", str(SHARED), "--json"]
+    out = subprocess.run([*argv, "--plugin", "examples.plugins.fedavgm"], cwd=repo, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["method"] == "FedAvgM(beta=0.5)" and res["hyperparameters"] == {"beta": 0.5, "server_lr": 1.0}
+    assert len(res["per_client"]) == 20 and not res["not_evaluated"]
+    without = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert without.returncode == 2 and "no experiment matches 'class_pairs/mnist/clients=20'" in without.stderr

@@ -59,6 +59,14 @@ def add_parser(sub, positive_int) -> None:
         p.add_argument("--dp-noise", type=float, help="DP-SGD (Opacus): noise multiplier; enables DP")
         p.add_argument("--dp-clip", type=float, default=1.0, help="DP-SGD per-sample clipping norm (default 1)")
         p.add_argument("--dp-delta", type=float, default=1e-5, help="delta for the reported epsilon (default 1e-5)")
+        p.add_argument(
+            "--plugin",
+            action="append",
+            default=[],
+            metavar="MODULE",
+            help="import this module first (repeatable): it registers its own methods, models or statistics; "
+            "the simulated SuperNodes import it too (a deployment's parties list theirs in $FEDCOND_PLUGINS)",
+        )
         if name == "simulate":
             p.add_argument("--workers", type=positive_int, default=1, help="Ray actors, one CPU each (default 1)")
             p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -92,7 +100,9 @@ def flower_command(args) -> int:
         print(run.to_json())
         return 0
     from ..flower.simulation import simulate
+    from ..plugin_loading import export_plugins
 
+    export_plugins(args.plugin)  # the Ray actors that play the SuperNodes import them by themselves
     result = simulate(run, workers=args.workers)
     if args.json:
         print(json.dumps(result))

@@ -10,6 +10,7 @@ from functools import partial
 
 from .. import data
 from ..errors import FedcondError
+from ..plugin_loading import load_entry_points
 from . import groupings as G
 from .families import FAMILIES, STANDARD, USER_PARTITIONS
 from .federation import Scenario
@@ -105,6 +106,7 @@ def _make_standard(family, dataset, load, k, clients, seed, alpha, shards, sigma
 
 def canonical_family(family: str) -> str:
     """A family name as registered (E1, E2a, ..., domain), from any case; a clear error otherwise."""
+    load_entry_points()  # a plug-in's partition is a family (a worker may read one first)
     lookup = {name.lower(): name for name in FAMILIES}
     if str(family).strip().lower() not in lookup:
         raise FedcondError(f"unknown scenario family '{family}'; choose one of {', '.join(FAMILIES)}")
