@@ -65,3 +65,14 @@ def test_curve_means_over_seeds():
     runs = [[[1, 0.2, 0.0], [2, 0.4, 0.0]], [[1, 0.4, 0.0], [2, 0.6, 0.0], [3, 0.8, 0.0]]]
     xs, ys = mean_curve(runs, CLIENT_MEAN)
     assert xs == [1, 2] and ys == pytest.approx([30.0, 50.0])  # up to the shortest run
+
+
+def test_a_database_of_adhoc_runs_only_says_where_they_are(tmp_path):
+    con = results.connect(tmp_path / "r.sqlite")
+    _save(con, "FedAvg", 0, 0.5)
+    _save(con, "Local", 0, 0.7)
+    con.close()
+    text = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text()
+    assert "No registry experiment has been run yet: the paper's tables show the published numbers only; " \
+        "2 ad-hoc runs of `fedcond run` under Ad-hoc runs." in text
+    assert "No experiment has been run yet" not in text and "| Local | 1 | 0 | 70.0 |" in text

@@ -92,10 +92,12 @@ def write_report(
     legend_at, shows_published = len(lines), False
     runs_exist = bool(groups) and (protocol_name is None or bool(ok or failed))
     if not runs_exist:
+        adhoc = len(db.ad_hoc_ok)  # `fedcond run` rows: reported below, but they fill no published cell
         lines += [
-            "No experiment has been run yet"
+            ("No registry experiment has been run yet" if adhoc else "No experiment has been run yet")
             + (f" under {md.protocol_label(protocol_name)}" if protocol_name else "")
-            + ": the tables show the published numbers only.",
+            + ": the paper's tables show the published numbers only"
+            + (f"; {adhoc} ad-hoc run{'s' * (adhoc != 1)} of `fedcond run` under Ad-hoc runs." if adhoc else "."),
             "",
         ]
         groups = groups or [None]
