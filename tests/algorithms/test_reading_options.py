@@ -1,6 +1,7 @@
 """Options that name readings of the paper being probed (issue 40): raw inputs (`inputs=raw`, no
 standardisation), Gossip's momentum carried across rounds (`Gossip(carry_momentum=true)`) and the local
-SGD dropping each epoch's partial last batch (`drop_last=true`)."""
+SGD dropping each epoch's partial last batch (`drop_last=true`) and Gossip's initialisation
+(`Gossip(weight_init=glorot)`)."""
 
 import pytest
 import torch
@@ -106,3 +107,33 @@ def test_the_deployable_conditional_may_train_more_local_epochs_in_the_same_roun
     assert one.per_client == run_method(digits, "Conditional-FedAvg(local_epochs=None)", proto).per_client
     with pytest.raises(FedcondError, match="local_epochs must be >= 1"):
         make_algorithm("Conditional-FedAvg(local_epochs=0)")
+
+
+def test_gossip_glorot_init_draws_kerass_defaults_independently_per_client():
+    import math
+
+    sc = make_scenario("E1", "digits", lambda n: data.load("digits"), k=2, clients_per_cluster=2, seed=0)
+    alg = make_algorithm("Gossip(weight_init=glorot)")
+    ctx = make_context(sc, alg, PROTOCOL, 0)
+    torch_default = make_algorithm("Gossip").init(ctx).models
+    models = alg.init(ctx).models
+    first = models[0]
+    layers = [k for k, t in first.items() if t.is_floating_point() and t.dim() >= 2]
+    assert layers  # conv and linear weights
+    for k in layers:
+        t = first[k].double()
+        area = math.prod(t.shape[2:])
+        bound = math.sqrt(6.0 / (t.shape[1] * area + t.shape[0] * area))
+        assert t.abs().max() <= bound and t.abs().max() > 0.95 * bound  # U(-bound, bound), the bound reached
+        if t.numel() > 1000:
+            assert abs(float(t.std()) - bound / math.sqrt(3)) < 0.05 * bound / math.sqrt(3)  # a uniform's spread
+        bias = k[: -len("weight")] + "bias"
+        if bias in first:
+            assert not first[bias].any() and torch_default[0][bias].any()  # Keras: zero biases; torch's are not
+    assert not torch.equal(models[0][layers[0]], models[1][layers[0]])  # one draw per client
+    again = alg.init(ctx).models
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(models, again) for k in a)  # seeded
+    shared = make_algorithm("Gossip(weight_init=glorot,independent_init=false)").init(ctx).models
+    assert all(torch.equal(m[layers[0]], shared[0][layers[0]]) for m in shared)
+    with pytest.raises(FedcondError, match="Gossip weight_init must be torch or glorot"):
+        make_algorithm("Gossip(weight_init=he)")

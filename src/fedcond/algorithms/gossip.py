@@ -8,6 +8,12 @@ paper says only "random pairwise model averaging on a random topology"; the defa
 a probe at the paper protocol (docs/choices.md): on E1 MNIST K=2 independent initialisations give
 .972 (rich; published .982) and .159 (super sparse; published .151, the collapse to chance), a
 shared one .983 and .837: only the independent reading serves both cells.
+`weight_init` names how those weights are drawn, a reading probed for the paper's collapse (issue 40):
+"torch" (the default: PyTorch's layer defaults, Kaiming-uniform weights with a = sqrt(5), i.e.
+U(+-1/sqrt(fan_in)), and biases U(+-1/sqrt(fan_in))) or "glorot" (Keras's defaults: Glorot-uniform
+weights, U(+-sqrt(6 / (fan_in + fan_out))) with fan = channels x kernel area, and zero biases;
+batch norm keeps its ones and zeros). Averaging n independent draws shrinks a weight's spread by
+sqrt(n), and the scale and the zero biases decide how near that shrinkage leaves a dead network.
 Round r:
   1. local update: theta_i' = `local_epochs` of SGD on client i's data from theta_i (fresh
      momentum, as in FedAvg: nothing but the weights is carried across rounds; with
@@ -24,12 +30,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import math
+
 import numpy as np
+import torch
 
 from ..engine import weighted_average
+from ..errors import FedcondError
 from .base import Algorithm, Context, State, aggregate
 
 PAIRING = 0x6055  # purpose of the random stream that draws each round's pairs
+GLOROT = 0x6107  # purpose of the random stream that draws weight_init="glorot" weights
+INITS = ("torch", "glorot")
+
+
+def glorot_params(params: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    """Keras's default initialisation of a conv/linear network's weights: every weight of 2 or more
+    dimensions ~ U(+-sqrt(6 / (fan_in + fan_out))), fan_in = in_channels x kernel area, fan_out =
+    out_channels x kernel area; the biases of those layers 0; everything else (batch norm's scale
+    and shift, running statistics, counters) as given."""
+    g = torch.Generator().manual_seed(seed)
+    out = dict(params)
+    for name, t in params.items():
+        if not t.is_floating_point() or t.dim() < 2:
+            continue
+        area = math.prod(t.shape[2:])
+        bound = math.sqrt(6.0 / (t.shape[1] * area + t.shape[0] * area))
+        out[name] = (torch.rand(t.shape, generator=g, dtype=torch.float64) * 2 - 1).mul(bound).to(t.dtype)
+        bias = name[: -len("weight")] + "bias" if name.endswith("weight") else None
+        if bias in params:
+            out[bias] = torch.zeros_like(params[bias])
+    return out
 
 
 def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int, int], ...]:
@@ -42,18 +73,29 @@ def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int,
 class Gossip(Algorithm):
     independent_init: bool = True  # every client starts from its own random weights; False: one shared draw
     carry_momentum: bool = False  # each client's SGD momentum lives across rounds (False: reset, as FedAvg's)
+    weight_init: str = "torch"  # how each client's weights are drawn: torch (layer defaults) or glorot (Keras's)
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
 
+    def __post_init__(self):
+        if self.weight_init not in INITS:
+            raise FedcondError(f"Gossip weight_init must be {' or '.join(INITS)}, got {self.weight_init!r}")
+
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
-        if self.independent_init:
-            models = tuple(ctx.init_params(self.conditioned, i) for i in range(n))
-        else:
-            models = (ctx.init_params(self.conditioned),) * n
+        draws = n if self.independent_init else 1
+        first = [self._draw(ctx, i) for i in range(draws)]
+        models = tuple(first) if self.independent_init else (first[0],) * n
         return State(models=models, assignment=tuple(range(n)), momentum=(None,) * n)
+
+    def _draw(self, ctx: Context, i: int):
+        params = ctx.init_params(self.conditioned, i)
+        if self.weight_init == "glorot":
+            seed = int(np.random.SeedSequence([ctx.seed, GLOROT, i]).generate_state(1)[0])
+            params = glorot_params(params, seed)
+        return params
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
