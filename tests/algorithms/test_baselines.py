@@ -18,7 +18,7 @@ from fedcond.algorithms.dac import (DAC, DACLoss, cosine_matrix, sampling_probab
 from fedcond.algorithms.ditto import PERSONAL, Ditto
 from fedcond.algorithms.fedavg import FedAvg
 from fedcond.algorithms.gossip import PAIRING, Gossip, random_pairs
-from fedcond.algorithms.ifca import IFCA
+from fedcond.algorithms.ifca import FIRST_DRAW, IFCA
 from fedcond.engine import LoopEngine, SGDConfig, batch_order, mean_loss, weighted_average
 from fedcond.errors import FedcondError
 from fedcond.models import ModelSpec
@@ -239,6 +239,28 @@ def test_ifca_aggregates_per_cluster_and_keeps_unpicked_models(small):
         members = [i for i in range(6) if choice[i] == k]
         expected = weighted_average([trained[i] for i in members], sizes[members]) if members else s0.models[k]
         assert_same(s1.models[k], expected)
+
+
+def test_ifca_first_assignment_random_draws_round_0_and_estimates_from_round_1(small):
+    engine = CountingEngine(SGD)
+    ctx = make_ctx(small, engine=engine)
+    alg = IFCA(k=2, first_assignment="random")
+    s0 = alg.init(ctx)
+    s1 = alg.round(ctx, s0, 0)
+    rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, FIRST_DRAW]))
+    assert s1.clusters == tuple(int(c) for c in rng.integers(0, 2, size=6))  # the seeded uniform draw
+    assert engine.loss_calls == 0  # no E-step in round 0
+    trained = replay_local(ctx, [s0.models[c] for c in s1.clusters], 0)
+    sizes = small.federation.sizes()
+    for k in range(2):
+        members = [i for i in range(6) if s1.clusters[i] == k]
+        expected = weighted_average([trained[i] for i in members], sizes[members]) if members else s0.models[k]
+        assert_same(s1.models[k], expected)
+    s2 = alg.round(ctx, s1, 1)
+    assert engine.loss_calls == 1 and s2.clusters == IFCA(k=2).choose(ctx, s1.models)[0]  # by loss from round 1
+    assert alg.round(ctx, s0, 0).clusters == s1.clusters  # seeded
+    with pytest.raises(FedcondError, match="first_assignment must be loss or random"):
+        IFCA(first_assignment="kmeans")
 
 
 def test_ari_is_one_up_to_relabelling():

@@ -20,6 +20,13 @@ and the remaining rounds are FedAvg within each estimated cluster. At the paper 
 gave the same accuracy and ARI 1.0 on the probe configurations (E1 MNIST K=2 super sparse .9504;
 E3b MNIST K=2 rich .9891; docs/choices.md). With K = 1 IFCA is FedAvg, bit for bit.
 
+`first_assignment` is a reading probed for the paper's collapse at many clients (issue 40):
+"loss" (the default, Algorithm 1 from round 0) or "random": round 0's assignment is drawn
+uniformly at random (seeded), the E-step above runs from round 1. From random draws the clients
+of one true cluster pick the same model by loss at once (their data agree); from a random split
+each model trains on a near-even mix of every cluster, the more even the more clients there are,
+so the models start alike and may never part: IFCA then scores what FedAvg does.
+
 The final assignment is in `State.clusters`; the simulator scores it against the true
 clusters with `simulate.ari`.
 """
@@ -35,10 +42,14 @@ from ..errors import FedcondError
 from .base import Algorithm, Context, State, aggregate, receive, send
 
 
+FIRST_DRAW = 0x1FCA  # purpose of the random stream of first_assignment="random"
+
+
 @dataclass(frozen=True)
 class IFCA(Algorithm):
     k: int = 2  # K, the number of cluster models: pass the true number of clusters
     refine_rounds: int | None = None  # None: every round re-estimates the clusters; R: rounds 0..R-1 only
+    first_assignment: str = "loss"  # round 0: by loss (Algorithm 1) or "random" (a seeded uniform draw)
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
@@ -51,6 +62,8 @@ class IFCA(Algorithm):
             raise FedcondError(f"IFCA needs k >= 1 cluster models, got {self.k}")
         if self.refine_rounds is not None and self.refine_rounds < 1:
             raise FedcondError(f"IFCA's refine_rounds must be None or >= 1, got {self.refine_rounds}")
+        if self.first_assignment not in ("loss", "random"):
+            raise FedcondError(f"IFCA's first_assignment must be loss or random, got {self.first_assignment!r}")
 
     def init(self, ctx: Context) -> State:
         models = tuple(ctx.init_params(self.conditioned, index) for index in range(self.k))  # distinct draws
@@ -75,12 +88,16 @@ class IFCA(Algorithm):
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
-        if self.estimates_in(r):
+        drawn = r == 0 and self.first_assignment == "random"
+        if drawn:
+            rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, FIRST_DRAW]))
+            choice = tuple(int(c) for c in rng.integers(0, self.k, size=n))
+        elif self.estimates_in(r):
             choice, _ = self.choose(ctx, state.models)
         else:
             choice = state.clusters
         jobs = [ctx.job(state.models[choice[i]], (i,), self.conditioned, seed=(r, i)) for i in range(n)]
-        if not self.estimates_in(r):  # no estimate this round: only the client's own cluster model goes out
+        if drawn or not self.estimates_in(r):  # no estimate this round: only the client's own cluster model goes out
             send(ctx, range(n), lambda i: state.models[choice[i]])
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         receive(ctx, range(n), results)
