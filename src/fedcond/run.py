@@ -134,76 +134,69 @@ def run_methods(
     `plugins`: modules every worker process imports first (plugin_loading; None: those this
     process imported, `--plugin` and fedcond.load_plugins).
     """
-    plugins = loaded_modules() if plugins is None else tuple(plugins)
+    batch = _Batch(
+        spec,
+        tuple(methods),
+        protocol,
+        seed,
+        workers,
+        on_round,
+        failures,
+        checkpoints,
+        checkpoint_every,
+        loaded_modules() if plugins is None else tuple(plugins),
+        on_metrics,
+    )
     if workers <= 1 or len(methods) < workers or device != "cpu":
-        yield from _run_in_process(
-            spec,
-            methods,
-            protocol,
-            seed,
-            workers,
-            on_round,
-            device,
-            failures,
-            scenario,
-            checkpoints,
-            checkpoint_every,
-            plugins,
-            on_metrics,
-        )
+        yield from _run_in_process(batch, device, scenario)
     else:
-        yield from _run_in_pool(
-            spec,
-            methods,
-            protocol,
-            seed,
-            workers,
-            on_round,
-            failures,
-            checkpoints,
-            checkpoint_every,
-            plugins,
-            on_metrics,
-        )
+        yield from _run_in_pool(batch)
 
 
-def _run_in_process(
-    spec,
-    methods,
-    protocol,
-    seed,
-    workers,
-    on_round,
-    device,
-    failures,
-    scenario,
-    checkpoints,
-    checkpoint_every,
-    plugins,
-    on_metrics=None,
-) -> Iterator[MethodResult | Failure]:
+@dataclass(frozen=True)
+class _Batch:
+    """What run_methods was asked, as both of its ways of running read it."""
+
+    spec: ScenarioSpec
+    methods: tuple[str, ...]
+    protocol: Protocol
+    seed: int
+    workers: int
+    on_round: Callable[[str, int], None] | None
+    failures: str
+    checkpoints: "str | Path | None"
+    checkpoint_every: float
+    plugins: tuple[str, ...]
+    on_metrics: Callable[[str, int, dict], None] | None
+
+    def checkpoint(self, method: str) -> Checkpoint | None:
+        return checkpoint_for(self.checkpoints, self.spec, method, self.protocol, self.seed, self.checkpoint_every)
+
+
+def _run_in_process(b: _Batch, device: str, scenario: Scenario | None) -> Iterator[MethodResult | Failure]:
     """One method after another in this process; their clients spread over `workers` (the engine's pool)."""
     torch.set_num_threads(1)
-    import_plugins(plugins)
-    scenario = scenario if scenario is not None else spec.build()
-    engine = make_engine(SGDConfig.of(protocol), workers, device, plugins)
+    import_plugins(b.plugins)
+    scenario = scenario if scenario is not None else b.spec.build()
+    engine = make_engine(SGDConfig.of(b.protocol), b.workers, device, b.plugins)
+    on_round, on_metrics = b.on_round, b.on_metrics
     try:
-        for m in methods:
-            ckpt = checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every)
+        for m in b.methods:
+            ckpt = b.checkpoint(m)
             try:
                 yield run_method(
                     scenario,
                     m,
-                    protocol,
-                    seed,
+                    b.protocol,
+                    b.seed,
                     engine=engine,
-                    data_dir=spec.data_dir,
+                    data_dir=b.spec.data_dir,
                     on_round=(lambda r, s, m=m: on_round(m, r)) if on_round else None,
                     checkpoint=ckpt,
                     on_metrics=(lambda r, x, m=m: on_metrics(m, r, x)) if on_metrics else None,
                 )
             except FedcondError as e:
-                if failures != "return":
+                if b.failures != "return":
                     raise
                 yield Failure(m, str(e))
             if ckpt is not None:  # the caller has the result (or the failure): the progress is no longer needed
@@ -215,23 +208,22 @@ def _run_in_process(
         engine.close()
 
 
-def _run_in_pool(
-    spec, methods, protocol, seed, workers, on_round, failures, checkpoints, checkpoint_every, plugins, on_metrics=None
-) -> Iterator[MethodResult | Failure]:
+def _run_in_pool(b: _Batch) -> Iterator[MethodResult | Failure]:
     """Methods side by side, one per worker process; results in completion order."""
     ctx = mp.get_context("spawn")
     manager = SyncManager(ctx=ctx)  # ctx.Manager(), with its server process dying with us too
     manager.start(die_with_parent)
     progress = manager.Queue()
+    on_round, on_metrics = b.on_round, b.on_metrics
     pool = ProcessPoolExecutor(
-        min(workers, len(methods)),
+        min(b.workers, len(b.methods)),
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(spec, progress, plugins, on_metrics is not None),
+        initargs=(b.spec, progress, b.plugins, on_metrics is not None),
     )
     with pool:
-        ckpts = {m: checkpoint_for(checkpoints, spec, m, protocol, seed, checkpoint_every) for m in methods}
-        futures = {pool.submit(_run_in_worker, m, protocol, seed, ckpts[m]): m for m in methods}
+        ckpts = {m: b.checkpoint(m) for m in b.methods}
+        futures = {pool.submit(_run_in_worker, m, b.protocol, b.seed, ckpts[m]): m for m in b.methods}
         pending = set(futures)
         try:
             while pending:
@@ -245,7 +237,7 @@ def _run_in_pool(
                     except ScenarioUnavailable:
                         raise  # as the one-process path raises from spec.build(): the caller's "not run"
                     except FedcondError as e:
-                        if failures != "return":
+                        if b.failures != "return":
                             raise
                         res = Failure(futures[f], str(e))
                     yield res
