@@ -22,7 +22,6 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 
 def _published(experiment: str, method: str) -> float | None:
@@ -59,6 +58,7 @@ def main(argv=None) -> int:
     from fedcond.engine import check_device
     from fedcond.errors import FedcondError
     from fedcond.experiments import EXPERIMENTS, PROTOCOLS
+    from fedcond.models.cpu_kernels.build import cpu_model
 
     try:
         check_device(args.device)
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     name = torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else "cpu"
     print(f"{args.experiment}, fraction {args.fraction}: {args.device} ({name}) {device_protocol.epochs} passes; "
-          f"cpu ({_cpu_name()}, one thread) {cpu_protocol.epochs} passes")
+          f"cpu ({cpu_model()}, one thread) {cpu_protocol.epochs} passes")
     on_device = _timed(spec, methods, device_protocol, args.device)
     on_cpu = _timed(spec, methods, cpu_protocol, "cpu")
     print("| method | device s/pass | cpu s/pass | cpu / device | device accuracy | published |")
@@ -91,16 +91,6 @@ def main(argv=None) -> int:
               f"{'-' if pub is None or args.fraction < 1 else f'{pub:.3f}'} |")
     print(f"gpu/cpu: {min(ratios):.2f}x")
     return 0
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 if __name__ == "__main__":

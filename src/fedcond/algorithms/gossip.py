@@ -85,9 +85,10 @@ class Gossip(Algorithm):
 
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
-        draws = n if self.independent_init else 1
-        first = [self._draw(ctx, i) for i in range(draws)]
-        models = tuple(first) if self.independent_init else (first[0],) * n
+        if self.independent_init:
+            models = tuple(self._draw(ctx, i) for i in range(n))
+        else:
+            models = (self._draw(ctx, 0),) * n
         return State(models=models, assignment=tuple(range(n)), momentum=(None,) * n)
 
     def _draw(self, ctx: Context, i: int):
