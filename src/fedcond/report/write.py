@@ -12,6 +12,7 @@ from ..experiments import PROTOCOLS
 from . import tables as md
 from .adhoc import adhoc_section, protocol_of
 from .jdfl import jdfl_section, protocol_probes_section
+from .precision import precision_section
 from .readme import summary_lines, update_readme
 from .standard import standard_partitions_section
 from .data import cells as make_cells
@@ -143,6 +144,8 @@ def write_report(
         from .readings import readings_section
 
         lines += readings_section(read_database(probes).ok, db.ok, published)
+    if protocol_name in (None, "paper"):  # bf16 rows live under their own variant: read from every row
+        lines += precision_section(db.ok)
     lines += standard_partitions_section(make_cells(db.ok, db.failed), out)
     lines += adhoc_section(list(db.ad_hoc_ok), protocol_name, out)
     newcomers = md.newcomers_section(ok)
