@@ -131,3 +131,48 @@ def test_a_deployment_outlives_a_minority_of_its_supernodes(tmp_path, monkeypatc
         deployment.submit(run, tmp_path / "never.json", timeout=60)
     with pytest.raises(FedcondError, match="min_available must be between 1 and the 3 SuperNodes"):
         deploy.LocalDeployment(clients=3, workdir=tmp_path, min_available=4)
+
+
+class _Reply:
+    """What the server reads of a Flower reply: its sender, an error or its content."""
+
+    def __init__(self, node: int, content=None, reason: str | None = None):
+        self.metadata = type("Meta", (), {"src_node_id": node})()
+        self.content, self.error = content, (type("Err", (), {"reason": reason})() if reason else None)
+
+    def has_error(self) -> bool:
+        return self.error is not None
+
+
+class _HelloGrid:
+    """Three SuperNodes: one says hello, one fails with a traceback, one never answers."""
+
+    def get_node_ids(self):
+        return [11, 12, 13]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        import json
+
+        info = {"index": 0, "n_train": 5, "n_test": 2}
+        return [_Reply(11, {"result": {"info": json.dumps(info)}}),
+                _Reply(12, reason="Traceback (most recent call last):\n  ...\nFedcondError: no MNIST under /data")]
+
+
+def test_a_supernode_that_fails_to_say_hello_is_named_with_its_reason(monkeypatch):
+    from types import SimpleNamespace
+
+    from fedcond.flower import server
+    from fedcond.flower.server import connect
+
+    monkeypatch.setattr(server, "_message", lambda content, node, kind, group: (node, kind))  # no Flower run here
+
+    run = SimpleNamespace(clients=3, node_timeout=1.0, reply_timeout=1.0, to_json=lambda: {})
+    logged = []
+    with pytest.raises(FedcondError) as err:
+        connect(_HelloGrid(), run, conditioned=False, log=logged.append)
+    text = str(err.value)
+    assert text.startswith("SuperNodes reported partitions [0]; expected 0..2, one each")
+    assert "node 12 failed: FedcondError: no MNIST under /data" in text  # the traceback's last line, not all of it
+    assert "node 13 did not answer" in text
+    assert "\n" not in text
+    assert any("client 1 failed in hello" in line for line in logged)

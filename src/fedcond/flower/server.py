@@ -60,6 +60,13 @@ class ServerContext(Context):
         raise FedcondError("the server never holds client statistics")
 
 
+def _first_line(text: str, limit: int = 300) -> str:
+    """A client's error reason, fit for a one-line message (a traceback keeps its last line: the error)."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    line = lines[-1] if lines else "no reason given"
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def _message(content: RecordDict, node: int, kind: str, group: str) -> Message:
     return Message(content, dst_node_id=node, message_type=kind, group_id=group)
 
@@ -71,6 +78,7 @@ class Exchange:
         self.grid, self.nodes, self.timeout, self.log = grid, nodes, timeout, log
         self.index_of = {node: i for i, node in nodes.items()}
         self.dropped: list[tuple[str, int]] = []
+        self.failures: dict[int, str] = {}  # client -> the reason of its last error reply
 
     def __call__(self, contents: dict[int, RecordDict], kind: str, group: str) -> dict[int, RecordDict]:
         msgs = [_message(c, self.nodes[i], kind, group) for i, c in contents.items()]
@@ -81,6 +89,7 @@ class Exchange:
             if i is None:
                 continue
             if m.has_error():
+                self.failures[i] = str(m.error.reason)
                 self.log(f"client {i} failed in {group}: {m.error.reason}")
                 continue
             out[i] = m.content
@@ -304,7 +313,15 @@ def connect(grid, run: FlowerRun, conditioned: bool, log: Callable[[str], None])
     metas = {k: json.loads(c["result"]["info"]) for k, c in info.items()}
     indices = sorted(m["index"] for m in metas.values())
     if indices != list(range(run.clients)):
-        raise FedcondError(f"SuperNodes reported partitions {indices}; expected 0..{run.clients - 1}, one each")
+        raise FedcondError(
+            f"SuperNodes reported partitions {indices}; expected 0..{run.clients - 1}, one each"
+            + "".join(f"; node {nodes[k]} failed: {_first_line(why)}" for k, why in sorted(hello.failures.items()))
+            + "".join(
+                f"; node {nodes[k]} did not answer"
+                for k in range(len(nodes))
+                if k not in info and k not in hello.failures
+            )
+        )
     node_of = {metas[k]["index"]: nodes[k] for k in metas}
     exchange = Exchange(grid, node_of, run.reply_timeout, log)
     first = metas[next(iter(metas))]
