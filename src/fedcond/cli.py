@@ -457,7 +457,8 @@ def _add_report_command(sub) -> None:
     rep.add_argument(
         "--probes",
         help="results database of reading probes, reported beside the default and the published values "
-        "(default: probes.sqlite beside the database, if present)",
+        "(default: probes.sqlite beside the database, if present; only where the database holds `paper` rows, "
+        "the default they are compared with)",
     )
     rep.add_argument("--protocol", help="only this protocol's rows (default: all, each in its own tables)")
     rep.add_argument(

@@ -74,3 +74,12 @@ def test_the_report_reads_a_probes_database_beside_the_results(tmp_path, capsys,
     capsys.readouterr()
     assert main(["report", "--db", str(tmp_path / "paper.sqlite"), "--probes", str(tmp_path / "none.sqlite")]) == 2
     assert capsys.readouterr().err.strip() == f"fedcond: error: no probes database at {tmp_path / 'none.sqlite'}"
+
+
+def test_a_database_without_paper_rows_gets_no_readings_section_from_the_probes_beside_it(tmp_path, monkeypatch):
+    """The rivals' database sits beside probes.sqlite; its rows (another protocol) are no default to compare with."""
+    monkeypatch.setenv("FEDCOND_DATA", str(tmp_path / "no-data"))
+    _db(tmp_path / "rivals.sqlite", "Gossip", 0.2, "paper[holdout_clients=1]")
+    _db(tmp_path / "probes.sqlite", "Gossip(carry_momentum=True)", 0.15, "paper[inputs=raw]")
+    assert main(["report", "--db", str(tmp_path / "rivals.sqlite"), "--out", str(tmp_path / "r")]) == 0
+    assert "Readings probed" not in (tmp_path / "r" / "report.md").read_text()

@@ -140,7 +140,8 @@ def write_report(
                 lines += [f"![{f.title}, {label}]({rel})", "", f"*{f.title}: {f.note}.*", ""]
     if shows_published:
         lines[legend_at:legend_at] = md.cells_legend()
-    if probes is not None and protocol_name in (None, "paper"):
+    has_default = any(r["protocol_name"] == "paper" for r in db.ok)  # the rows a probe is compared with
+    if probes is not None and protocol_name in (None, "paper") and has_default:
         from .readings import readings_section
 
         lines += readings_section(read_database(probes).ok, db.ok, published)
