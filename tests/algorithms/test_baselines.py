@@ -175,6 +175,22 @@ def test_ditto_personal_update_is_proximal_plain_sgd_by_hand(small):
         assert max(float((expected[k] - without_prox[k]).abs().max()) for k in expected) > 1e-3
 
 
+def test_ditto_personal_start_global_restarts_each_personal_model_from_the_received_global(small):
+    """personal_start=global: round r's personal update is the default's update run from v_i = w_r."""
+    ctx = make_ctx(small, clients=[0, 3])
+    restart, keep = Ditto(personal_epochs=1, personal_start="global"), Ditto(personal_epochs=1)
+    s1 = keep.round(ctx, keep.init(ctx), 0)  # v_i != w from here on
+    w = s1.models[0]
+    got = restart.round(ctx, s1, 1)
+    expected = keep.round(ctx, dataclasses.replace(s1, models=(w,) * len(s1.models)), 1)
+    for i in range(2):
+        assert_same(got.models[1 + i], expected.models[1 + i])
+    assert_same(got.models[0], keep.round(ctx, s1, 1).models[0])  # the global track does not change
+    assert not torch.equal(got.models[1]["fc2.weight"], keep.round(ctx, s1, 1).models[1]["fc2.weight"])
+    with pytest.raises(FedcondError):
+        Ditto(personal_start="fresh")
+
+
 def test_ditto_total_reading_spreads_the_personal_epochs():
     alg = Ditto(personal_epochs=5, total_over_rounds=20)
     per_round = [alg.epochs_in_round(r) for r in range(20)]

@@ -19,6 +19,12 @@ evenly as integer epochs allow over the run's R rounds (round r runs
 floor((r+1)E/R) - floor(rE/R) epochs, so E=5, R=20 runs one epoch in rounds 3, 7, 11, 15, 19);
 a round with none leaves v_i unchanged.
 
+Where the personal update starts (`personal_start`): "own" (the default) continues from v_i, the
+model the client keeps (Ditto's Algorithm 1; SPEC: "each client keeps a personal model"); "global"
+restarts it from the received w_r every round, so v_i is w_r fine-tuned for the round's personal
+epochs under the proximal term: a reading some implementations take, probed for the published
+super-sparse values (issue 40), where a few steps of fine-tuning cannot take v_i far from w_r.
+
 "Plain SGD (no momentum)" (the paper's Appendix K-B) is read as the personal update's optimiser;
 the global track is FedAvg's local step with the protocol's optimiser (SGD momentum 0.9 under the
 paper protocol). `global_momentum=0` gives the other reading (both tracks plain SGD).
@@ -45,6 +51,7 @@ class Ditto(Algorithm):
     personal_epochs: int = 5  # per round (default), or in total with total_over_rounds
     total_over_rounds: int | None = None  # None: personal_epochs every round; R: personal_epochs spread over R rounds
     global_momentum: float | None = None  # the global track's SGD momentum; None: the protocol's (0.9 under paper)
+    personal_start: str = "own"  # the personal update starts from v_i ("own", Algorithm 1) or from w_r ("global")
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
@@ -58,6 +65,8 @@ class Ditto(Algorithm):
             raise FedcondError(f"Ditto's global_momentum must be None or in [0, 1), got {self.global_momentum}")
         if self.total_over_rounds is not None and self.total_over_rounds < 1:
             raise FedcondError(f"total_over_rounds must be None or >= 1, got {self.total_over_rounds}")
+        if self.personal_start not in ("own", "global"):
+            raise FedcondError(f"Ditto's personal_start must be own or global, got {self.personal_start!r}")
 
     def epochs_in_round(self, r: int) -> int:
         if self.total_over_rounds is None:
@@ -85,7 +94,7 @@ class Ditto(Algorithm):
         personal_jobs = (
             [
                 ctx.job(
-                    state.models[1 + i],
+                    state.models[1 + i] if self.personal_start == "own" else w,
                     (i,),
                     self.conditioned,
                     seed=(r, i, PERSONAL),
