@@ -533,9 +533,43 @@ def walltime_section(ok: list[dict]) -> list[str]:
             f"{total:.1f} core-hours.",
             "",
         ]
+        + per_table_walltime(ok)
         + _table(["protocol", "experiment", "rows", "minutes", "slowest (minutes)", "CPU"], table)
         + [""]
     )
+
+
+def per_table_walltime(ok: list[dict]) -> list[str]:
+    """Core-hours per published table and protocol, and the CPUs they ran on; a configuration that two
+    tables print (E1 K=2 rich: X and XI) counts in both, so the column adds up to more than the total."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in ok:
+        exp = EXPERIMENTS.get(r["experiment"] or "")
+        for t in exp.tables if exp is not None and exp.tables else ("no published table",):
+            groups.setdefault((r["protocol_name"], t), []).append(r)
+    if not groups:
+        return []
+    body = []
+    for (p, t), rs in sorted(groups.items(), key=lambda kv: (protocol_order(kv[0][0]), _table_order(kv[0][1]))):
+        cpus = sorted({(r.get("versions") or {}).get("cpu", "not recorded") for r in rs})
+        hours = sum(r.get("seconds") or 0 for r in rs) / 3600
+        body.append([p or "-", t, str(len(rs)), f"{hours:.1f}", "; ".join(cpus)])
+    return (
+        ["Per published table (a configuration two tables print counts in both):", ""]
+        + _table(["protocol", "table", "rows", "core-hours", "CPU"], body)
+        + ["", "Per configuration:", ""]
+    )
+
+
+_ROMAN = {"I": 1, "V": 5, "X": 10, "L": 50}
+
+
+def _table_order(name: str) -> tuple:
+    """Tables in their Roman order (X < XI < ... < XXI), then anything else by name."""
+    if name and all(c in _ROMAN for c in name):
+        values = [_ROMAN[c] for c in name]
+        return (0, sum(-v if i + 1 < len(values) and v < values[i + 1] else v for i, v in enumerate(values)), "")
+    return (1, 0, name)
 
 
 def superseded_section(gone) -> list[str]:
