@@ -44,7 +44,7 @@ def test_a_method_with_one_fp32_seed_takes_the_strictest_spread_measured_beside_
     # DAC: -2.1 pp against Oracle's 0.4 pp (the strictest), although FedAvg spreads 5 pp
     assert verdicts(lines) == {"DAC": "outside", "FedAvg": "within", "Oracle": "within"}
     assert any("(strictest)" in line for line in lines)
-    assert any("3 methods run at both, 2 within" in line for line in lines)
+    assert any("3 methods with bf16 rows, 2 within" in line for line in lines)
 
 
 def test_no_spread_measured_means_not_judged_and_a_missing_seed_is_said():
@@ -60,4 +60,14 @@ def test_other_options_pair_only_with_the_same_options():
     pairs = precision_pairs(rows)
     assert list(pairs) == [(CELL, "paper", (("encoder_source", "pacs32"),), "bf16")]
     assert pairs[list(pairs)[0]]["Conditional"] == ({0: 0.824}, {0: 0.82})
-    assert any("`paper[encoder_source=pacs32]`" in line for line in precision_section(rows))
+    lines = precision_section(rows)
+    assert any("`paper[encoder_source=pacs32]`" in line for line in lines)
+    assert verdicts(lines) == {"Conditional": "not judged"}  # no fp32 seed spread anywhere in the experiment
+
+
+def test_the_strictest_yardstick_comes_from_any_protocol_options_of_the_experiment():
+    rows = [row("Oracle", s, a) for s, a in ((0, 0.836), (1, 0.840), (2, 0.832))]  # sd 0.4 pp under `paper`
+    rows += [row("Oracle", 0, 0.835, "paper[precision=bf16]")]
+    rows += [row("Conditional", 0, 0.824, "paper[encoder_source=pacs32]"),
+             row("Conditional", 0, 0.810, "paper[encoder_source=pacs32,precision=bf16]")]
+    assert verdicts(precision_section(rows)) == {"Oracle": "within", "Conditional": "outside"}

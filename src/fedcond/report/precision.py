@@ -3,11 +3,12 @@ option must pass before any published cell runs under it (issue 42).
 
 A bf16 row is paired with the fp32 rows of the same experiment, method and protocol otherwise
 (`paper[encoder_source=pacs32,precision=bf16]` with `paper[encoder_source=pacs32]`). The yardstick
-is fp32's own seed spread: bf16 is *within* for a method when its difference of seed means is no
-larger than the fp32 seed standard deviation of that method where two or more fp32 seeds exist,
-else than the smallest such deviation measured in the same experiment (the strictest yardstick on
-hand). A method with no yardstick at all is "not judged". The verdict for the experiment holds only
-when every method paired there is within.
+is fp32's own seed spread: bf16 is *within* for a method when its difference (the mean over the
+seeds both precisions ran of bf16 minus fp32) is no larger than the fp32 seed standard deviation of
+that method where two or more fp32 seeds exist, else than the smallest such deviation measured in
+the same experiment under any protocol options (the strictest yardstick on hand). A method with no
+yardstick at all is "not judged". The verdict for the experiment holds only when every method
+paired there is within.
 """
 
 from __future__ import annotations
@@ -82,9 +83,11 @@ def precision_section(rows: list[dict]) -> list[str]:
         "option may serve an experiment's family only when every method is within.",
         "",
     ]
+    spreads: dict = defaultdict(list)  # experiment -> every fp32 seed sd measured there
+    for (experiment, _, _, _), by in pairs.items():
+        spreads[experiment] += [s for fp32, _ in by.values() if (s := _sd(list(fp32.values()))) is not None]
     for (experiment, preset, options, precision), by in sorted(pairs.items()):
-        spreads = [s for fp32, _ in by.values() if (s := _sd(list(fp32.values()))) is not None]
-        strictest = min(spreads) if spreads else None
+        strictest = min(spreads[experiment]) if spreads[experiment] else None
         body, verdicts = [], []
         for method, (fp32, reduced) in by.items():
             own = _sd(list(fp32.values()))
@@ -103,7 +106,7 @@ def precision_section(rows: list[dict]) -> list[str]:
             body.append([method, _cell(list(fp32.values())), _cell(list(reduced.values())), diff, stick, verdict])
         named = f"{preset}[{','.join(f'{k}={v}' for k, v in options)}]" if options else preset
         n = len(verdicts)
-        verdict = f"{n} method{'s' * (n != 1)} run at both, " + (
+        verdict = f"{n} method{'s' * (n != 1)} with {precision} rows, " + (
             "every one within" if all(v == "within" for v in verdicts) else f"{verdicts.count('within')} within"
         )
         lines += [f"**{experiment}**, `{named}`: {precision} against fp32, {verdict}.", ""]
