@@ -17,6 +17,7 @@ import statistics
 from collections import defaultdict
 
 from ..errors import FedcondError
+from ..experiments import parse_variant, variant_name
 from .tables import _table, pct, pp
 
 REDUCED = ("bf16",)  # precisions that change the numbers (engine/precision.py); fp32 is the reference
@@ -24,14 +25,12 @@ REDUCED = ("bf16",)  # precisions that change the numbers (engine/precision.py);
 
 def _split(protocol: str) -> tuple[str, str, tuple] | None:
     """(precision, preset, the other options) of a protocol name; None where it does not parse."""
-    from ..experiments import parse_variant
-
     try:
         preset, options = parse_variant(protocol)
     except FedcondError:
         return None
     precision = str(options.pop("precision", "fp32"))
-    return precision, preset, tuple(sorted((k, str(v)) for k, v in options.items()))
+    return precision, preset, tuple(sorted(options.items()))
 
 
 def _sd(xs: list[float]) -> float | None:
@@ -104,7 +103,7 @@ def precision_section(rows: list[dict]) -> list[str]:
                 "-" if yardstick is None else f"{100 * yardstick:.1f} pp" + ("" if own is not None else " (strictest)")
             )
             body.append([method, _cell(list(fp32.values())), _cell(list(reduced.values())), diff, stick, verdict])
-        named = f"{preset}[{','.join(f'{k}={v}' for k, v in options)}]" if options else preset
+        named = variant_name(preset, dict(options))  # the fp32 rows' protocol, as the cells name it
         n = len(verdicts)
         verdict = f"{n} method{'s' * (n != 1)} with {precision} rows, " + (
             "every one within" if all(v == "within" for v in verdicts) else f"{verdicts.count('within')} within"

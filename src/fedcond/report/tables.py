@@ -12,7 +12,7 @@ import statistics
 
 from ..experiments import EXPERIMENTS
 from ..scenarios.families import STANDARD
-from .data import Cell, Database, PublishedTable, experiment_order, method_order, protocol_order
+from .data import Cell, Database, PublishedTable, experiment_order, method_order, protocol_order, published_tables
 
 NOT_RUN = "not run"
 
@@ -549,8 +549,11 @@ def per_table_walltime(ok: list[dict]) -> list[str]:
             groups.setdefault((r["protocol_name"], t), []).append(r)
     if not groups:
         return []
+    index = {t.table: k for k, t in enumerate(published_tables())}  # the report's table order (X, XI, ... XXI)
     body = []
-    for (p, t), rs in sorted(groups.items(), key=lambda kv: (protocol_order(kv[0][0]), _table_order(kv[0][1]))):
+    for (p, t), rs in sorted(
+        groups.items(), key=lambda kv: (protocol_order(kv[0][0]), index.get(kv[0][1], len(index)), kv[0][1])
+    ):
         cpus = sorted({(r.get("versions") or {}).get("cpu", "not recorded") for r in rs})
         hours = sum(r.get("seconds") or 0 for r in rs) / 3600
         body.append([p or "-", t, str(len(rs)), f"{hours:.1f}", "; ".join(cpus)])
@@ -559,17 +562,6 @@ def per_table_walltime(ok: list[dict]) -> list[str]:
         + _table(["protocol", "table", "rows", "core-hours", "CPU"], body)
         + ["", "Per configuration:", ""]
     )
-
-
-_ROMAN = {"I": 1, "V": 5, "X": 10, "L": 50}
-
-
-def _table_order(name: str) -> tuple:
-    """Tables in their Roman order (X < XI < ... < XXI), then anything else by name."""
-    if name and all(c in _ROMAN for c in name):
-        values = [_ROMAN[c] for c in name]
-        return (0, sum(-v if i + 1 < len(values) and v < values[i + 1] else v for i, v in enumerate(values)), "")
-    return (1, 0, name)
 
 
 def superseded_section(gone) -> list[str]:
