@@ -414,6 +414,13 @@ def test_a_variant_protocol_shows_only_the_published_tables_it_ran(tmp_path):
     variant = text[text.index("## Results, protocol `paper` with statistic=class_means"):]
     assert "### Table XVII: E3b" in variant and "### Table X: E1" not in variant
     assert "### Table X: E1" in text and "### Table XVIII: E3b" in text  # the preset keeps every table
+    # ... and of a table it ran, only the configurations it ran: the others would repeat the published numbers
+    xvii = section(variant, "### Table XVII")
+    assert "only the 1 of its 12 configurations this protocol ran are shown" in xvii
+    assert row(xvii, "mnist", "K=2")[column(xvii, "Conditional")].startswith("98.0 (")
+    assert "| mnist | K=3 |" not in xvii and "| fmnist |" not in xvii
+    preset = section(text, "### Table X: E1")  # the preset still lists every configuration, run or not
+    assert "| fmnist | K=5 |" in preset and "configurations this protocol ran" not in preset
 
 
 def test_an_encoder_source_variant_stands_in_for_a_paper_cell_it_alone_ran(tmp_path):

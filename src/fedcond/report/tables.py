@@ -207,16 +207,20 @@ def table_differences(t: PublishedTable, protocol: str | None, cells: dict) -> l
 
 def published_table(t: PublishedTable, protocol: str | None, cells: dict, label: str) -> list[str]:
     """One published table under one protocol. Methods beyond the paper's that we ran on these
-    settings get extra columns (ours only). Under a protocol that does not show every table, a
-    table none of whose cells it ran is left out."""
+    settings get extra columns (ours only). Under a protocol that does not show every table (a
+    variant, smoke, jdfl), a table none of whose cells it ran is left out, and so is each of its
+    rows (configurations) the protocol did not run: the rest would only repeat the published numbers."""
     exps = set(t.experiments)
+    ran = {e for (p, e, m) in cells if p == protocol and e in exps}
     ours_methods = {m for (p, e, m) in cells if p == protocol and e in exps}
-    if not ours_methods and not shows_every_table(protocol):
+    every = shows_every_table(protocol)
+    if not ours_methods and not every:
         return []
     extra = sorted(ours_methods - set(t.methods), key=method_order)
     methods = list(t.methods) + extra
+    shown_rows = [r for r in t.rows if every or r[2] in ran]
     rows = []
-    for dataset, setting, exp in t.rows:
+    for dataset, setting, exp in shown_rows:
         cs = [cells.get((protocol, exp, m)) if exp else None for m in methods]
         row = [dataset, setting, _seeds_text(cs)]
         for m, c in zip(methods, cs):
@@ -228,9 +232,11 @@ def published_table(t: PublishedTable, protocol: str | None, cells: dict, label:
     if diffs:
         mean, mean_abs = mean_differences(diffs)
         summary += f"; mean difference {mean}, mean absolute difference {mean_abs}"
+    if len(shown_rows) < len(t.rows):
+        summary += f"; only the {len(shown_rows)} of its {len(t.rows)} configurations this protocol ran are shown"
     lines += [summary + ".", ""]
     head = ["dataset", "setting", "seeds"] + [m if m in t.methods else f"{m} (not in paper)" for m in methods]
-    shown = [cells.get((protocol, exp, m)) for _, _, exp in t.rows if exp for m in methods]
+    shown = [cells.get((protocol, exp, m)) for _, _, exp in shown_rows if exp for m in methods]
     return lines + _table(head, rows) + [""] + stand_in_note(shown)
 
 
