@@ -358,6 +358,28 @@ def test_newcomers_section_shows_seen_and_unseen_per_statistic(tmp_path):
     assert (tmp_path / "out" / "newcomers_seen_unseen.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_newcomers_figure_labels_each_method_with_its_measured_budget():
+    """Rounds, and client compute against FedAvg's in the same configuration (mean over configurations);
+    a method whose clients train nothing is 'pooled'; a method without traffic gets no label."""
+    from fedcond.report.newcomers import budget_labels, plt_colours
+
+    def row(exp, method, samples, rounds=20, traffic=True):
+        t = {"rounds": rounds, "bytes_down_per_client": 1.0, "bytes_up_per_client": 1.0,
+             "samples_trained_per_client": samples}
+        return {"experiment": exp, "method": method, "accuracy": 0.9, "rounds": rounds,
+                "protocol": {"holdout_clients": 1}, "extra": {"unseen_accuracy": 0.9, **({"traffic": t} if traffic else {})}}
+
+    rows = [row("E3b/mnist/K=2/rich", "FedAvg", 1000), row("E3b/mnist/K=2/rich", "FedRep", 11000),
+            row("E3b/mnist/K=2/super_sparse", "FedAvg", 100), row("E3b/mnist/K=2/super_sparse", "FedRep", 900),
+            row("E3b/mnist/K=2/rich", "Oracle", 0), row("E3b/mnist/K=2/rich", "PeFLL", 5, traffic=False)]
+    labels = budget_labels(rows)
+    assert labels["FedAvg"] == "20 rounds, 1.0x FedAvg's compute"
+    assert labels["FedRep"] == "20 rounds, 10.0x FedAvg's compute"  # (11 + 9) / 2
+    assert labels["Oracle"] == "20 epochs on pooled data"
+    assert "PeFLL" not in labels
+    assert len(set(plt_colours(10))) == 10 and len(set(plt_colours(14))) == 14  # no two methods share a colour
+
+
 def test_newcomers_summary_says_who_wins_where_and_the_deployable_gap_to_oracle(tmp_path):
     """Two configurations: Conditional-FedAvg within 1.5 pp of Oracle on one (seen and unseen), 6 pp
     short on the other; Ditto has no model for a newcomer, so it is in the table with its seen

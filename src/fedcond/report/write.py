@@ -161,7 +161,8 @@ def write_report(
                 "*Every configuration with clients held out: the training clients' accuracy (x) against the "
                 "newcomers' (y), mean over seeds; on the dashed line newcomers are served as well as the clients "
                 "the model trained on. Methods whose models belong to the training clients (Local, Ditto) have no "
-                "point.*",
+                "point. The legend gives each method's budget as measured: its rounds, and the samples a training "
+                "client trained on against FedAvg's in the same configuration (mean over configurations).*",
                 "",
             ]
     lines += newcomers
