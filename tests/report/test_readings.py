@@ -38,6 +38,23 @@ def test_a_candidate_is_fitted_beside_the_default_on_the_same_cells_and_seed():
     assert readings_section([], main_rows, published_tables(), levels=False) == []
 
 
+def test_a_run_evaluated_every_round_stands_for_the_best_round_reading():
+    """`paper[eval_every=1]` leaves training as it was (its last round is the default's): its candidate is
+    the best point of its curve, labelled so, and fitted against the default's last round."""
+    main_rows = [row("FedAvg", PUBLISHED["FedAvg"] - 0.08)]
+    curve = dict(row("FedAvg", PUBLISHED["FedAvg"] - 0.08, "paper[eval_every=1]"),
+                 protocol={"eval_every": 1}, extra={"best_accuracy": PUBLISHED["FedAvg"] - 0.02, "best_round": 17})
+    no_curve = dict(row("FedAvg", PUBLISHED["FedAvg"] - 0.03, "paper[lr=0.02]", rid=2), protocol={"lr": 0.02},
+                    extra={"best_accuracy": 0.99})  # not evaluated along the way: its last round counts
+    found = candidates([curve, no_curve], main_rows, published_tables(), levels=False)
+    assert [(c.protocol, c.best_round, c.is_default) for c in found] == [
+        ("paper[eval_every=1]", True, False), ("paper[lr=0.02]", False, False)]
+    assert found[0].cells[0]["ours"] == pytest.approx(PUBLISHED["FedAvg"] - 0.02)
+    assert found[1].cells[0]["ours"] == pytest.approx(PUBLISHED["FedAvg"] - 0.03)
+    lines = "\n".join(readings_section([curve], main_rows, published_tables(), levels=False))
+    assert "| `FedAvg`, best round | `paper[eval_every=1]` | 1 | 2.0 pp | 8.0 pp | 1 of 1 | - |" in lines
+
+
 @pytest.mark.skipif(not os.path.isfile(os.path.join(os.environ.get("FEDCOND_DATA", ""), "mnist.npz.xz")),
                     reason="needs MNIST (FEDCOND_DATA)")
 def test_the_dead_level_is_each_clients_majority_share():
