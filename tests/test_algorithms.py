@@ -98,6 +98,18 @@ def test_same_seed_same_numbers(small):
     assert a.per_client == b.per_client and a.train_loss == b.train_loss
 
 
+@pytest.mark.parametrize("method", ["FedAvg", "Gossip", "IFCA", "Ditto"])
+def test_evaluating_along_the_way_leaves_the_run_as_it_was(small, method):
+    """eval_every only reads the models: the last round is the run without it, to the bit (the report's
+    'best round' reading, report/readings.py, rests on this), and the curve ends at that last round."""
+    plain = run_method(small, method, Protocol(epochs=3, batch_size=16), seed=2)
+    curved = run_method(small, method, Protocol(epochs=3, batch_size=16, eval_every=1), seed=2)
+    assert curved.per_client == plain.per_client and curved.train_loss == plain.train_loss
+    curve = curved.extra["curve"]
+    assert [r for r, *_ in curve] == [1, 2, 3] and curve[-1][1] == pytest.approx(float(np.mean(plain.per_client)))
+    assert curved.extra["best_accuracy"] == max(a for _, a, _ in curve)
+
+
 def test_rows_keep_which_test_samples_were_right(small):
     from fedcond.results import pack_hits, unpack_hits
 
