@@ -361,7 +361,7 @@ def test_newcomers_section_shows_seen_and_unseen_per_statistic(tmp_path):
 def test_the_newcomers_figure_labels_each_method_with_its_measured_budget():
     """Rounds, and client compute against FedAvg's in the same configuration (mean over configurations);
     a method whose clients train nothing is 'pooled'; a method without traffic gets no label."""
-    from fedcond.report.newcomers import budget_labels, plt_colours
+    from fedcond.report.newcomers import budget_labels, distinct_colours
 
     def row(exp, method, samples, rounds=20, traffic=True):
         t = {"rounds": rounds, "bytes_down_per_client": 1.0, "bytes_up_per_client": 1.0,
@@ -377,7 +377,7 @@ def test_the_newcomers_figure_labels_each_method_with_its_measured_budget():
     assert labels["FedRep"] == "20 rounds, 10.0x FedAvg's compute"  # (11 + 9) / 2
     assert labels["Oracle"] == "20 epochs on pooled data"
     assert "PeFLL" not in labels
-    assert len(set(plt_colours(10))) == 10 and len(set(plt_colours(14))) == 14  # no two methods share a colour
+    assert len(set(distinct_colours(10))) == 10 and len(set(distinct_colours(14))) == 14  # no two methods share a colour
 
 
 def test_newcomers_summary_says_who_wins_where_and_the_deployable_gap_to_oracle(tmp_path):

@@ -62,7 +62,7 @@ def draw_seen_unseen(ok: list[dict], out: Path) -> Path | None:
         return None
     budgets = budget_labels(ok)
     methods = sorted({m for m, _ in points}, key=method_order)
-    palette = plt_colours(len(methods))
+    palette = distinct_colours(len(methods))
     style = {m: (palette[i], _MARKERS[i % len(_MARKERS)]) for i, m in enumerate(methods)}
     fig = Figure(figsize=(6.4, 5.6))
     ax = fig.add_subplot()
@@ -91,7 +91,7 @@ def draw_seen_unseen(ok: list[dict], out: Path) -> Path | None:
     return path
 
 
-def plt_colours(n: int) -> list:
+def distinct_colours(n: int) -> list:
     """n colours, all different: matplotlib's tab10, or tab20 beyond ten."""
     from matplotlib import colormaps
 
