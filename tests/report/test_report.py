@@ -486,6 +486,33 @@ def test_stands_in_reads_a_protocol_name_with_the_sweeps_own_parser():
     assert not stands_in("paper[nonsense=1]") and not stands_in("paper[encoder_source=pacs32")  # not a sweep's name
 
 
+def test_a_bf16_variant_stands_in_on_cifar10_only_and_says_why(tmp_path):
+    """bf16 was validated on E1/cifar10/K=2/rich and adopted for the CIFAR-10 grid: a `paper[precision=bf16]`
+    cell fills a CIFAR-10 cell the paper protocol has no run of, with its own reason in the footnote
+    (with the encoder's where both changed); on MNIST it stays a variant."""
+    from fedcond.report.data import stands_in
+
+    assert stands_in("paper[precision=bf16]", experiment="E1/cifar10/K=3/rich")
+    assert stands_in("paper[encoder_source=pacs32,precision=bf16]", experiment="E1/cifar10/K=3/rich")
+    assert not stands_in("paper[precision=bf16]", experiment="E1/mnist/K=3/rich")
+    assert stands_in("paper[encoder_source=pacs32]", experiment="E1/mnist/K=3/rich")  # no dataset limit
+    con = results.connect(tmp_path / "r.sqlite")
+    pub_o, pub_c = (published("X", "cifar10", "K=3", m) for m in ("Oracle", "Conditional"))
+    save(con, "E1/cifar10/K=3/rich", "Oracle", 0, pub_o - 0.01, protocol="paper[precision=bf16]")
+    save(con, "E1/cifar10/K=3/rich", "Conditional", 0, pub_c - 0.02,
+         protocol="paper[encoder_source=pacs32,precision=bf16]")
+    save(con, "E1/mnist/K=3/rich", "Oracle", 0, 0.99, protocol="paper[precision=bf16]")
+    con.close()
+    text = write_report(tmp_path / "r.sqlite", tmp_path / "out", "paper").read_text()
+    table = section(text, "### Table X: E1")
+    assert row(table, "cifar10", "K=3")[column(table, "Oracle")].startswith(f"{100 * (pub_o - 0.01):.1f} † (")
+    assert row(table, "cifar10", "K=3")[column(table, "Conditional")].startswith(f"{100 * (pub_c - 0.02):.1f} † (")
+    assert row(table, "mnist", "K=3")[column(table, "Oracle")].startswith("not run")
+    note = next(line for line in table.splitlines() if line.startswith("† Run under"))
+    assert "`paper[encoder_source=pacs32,precision=bf16]`, `paper[precision=bf16]`" in note
+    assert "CIFAR-100 source" in note and "bf16 arithmetic, adopted for the CIFAR-10 grid" in note
+
+
 def test_a_line_joins_only_neighbouring_levels_that_were_run():
     from fedcond.report.figures import _runs
 

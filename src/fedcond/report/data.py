@@ -153,21 +153,46 @@ def cells(ok: list[dict], failed: list[dict]) -> dict[CellKey, Cell]:
     return out
 
 
-# Options whose change only replaces an input the paper's setting needs and these machines lack
-# (the CIFAR encoder's CIFAR-100 source, docs/choices.md): a `paper[...]` variant changing only
-# these stands in for a `paper` cell that has no run of its own, marked as such wherever shown.
-STAND_IN_OPTIONS = ("encoder_source",)
+# Options whose change may stand in for a `paper` cell that has no run of its own, marked as such
+# wherever shown, each with the datasets it may stand in on (None: every one) and why (docs/choices.md):
+# the CIFAR encoder's source replaces an input the paper's setting needs and these machines lack; bf16
+# arithmetic was validated against fp32 on E1/cifar10/K=2/rich and adopted for the CIFAR grid only.
+STAND_IN_OPTIONS: dict[str, tuple[tuple[str, ...] | None, str]] = {
+    "encoder_source": (
+        None,
+        "the paper's setting needs an input these machines lack (the CIFAR encoder's CIFAR-100 source)",
+    ),
+    "precision": (
+        ("cifar10",),
+        "bf16 arithmetic, adopted for the CIFAR-10 grid after its validation against fp32 (the report's "
+        "'Reduced precision against fp32')",
+    ),
+}
 
 
-def stands_in(protocol: str | None, preset: str = "paper") -> bool:
-    """Whether `protocol` is `preset[...]` with changes to STAND_IN_OPTIONS only."""
+def stands_in(protocol: str | None, preset: str = "paper", experiment: str | None = None) -> bool:
+    """Whether `protocol` is `preset[...]` with changes to STAND_IN_OPTIONS only, each allowed on
+    `experiment`'s dataset (any dataset when `experiment` is None)."""
     if protocol is None:
         return False
     try:
         base, changes = parse_variant(protocol)
     except FedcondError:
         return False  # not a name a sweep writes: nothing stands in
-    return base == preset and bool(changes) and set(changes) <= set(STAND_IN_OPTIONS)
+    if base != preset or not changes or not set(changes) <= set(STAND_IN_OPTIONS):
+        return False
+    dataset = experiment.split("/")[1] if experiment and experiment.count("/") >= 1 else None
+    for k in changes:
+        allowed = STAND_IN_OPTIONS[k][0]
+        if dataset is not None and allowed is not None and dataset not in allowed:
+            return False
+    return True
+
+
+def stand_in_reasons(protocol: str) -> list[str]:
+    """Why each option a stand-in variant changes may stand in (STAND_IN_OPTIONS), in its order."""
+    _, changes = parse_variant(protocol)
+    return [why for k, (_, why) in STAND_IN_OPTIONS.items() if k in changes]
 
 
 def with_stand_ins(cells: dict[CellKey, Cell], preset: str = "paper") -> dict[CellKey, Cell]:
@@ -176,7 +201,7 @@ def with_stand_ins(cells: dict[CellKey, Cell], preset: str = "paper") -> dict[Ce
     out = dict(cells)
     for (p, e, m), c in sorted(cells.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "", kv[0][2])):
         own = out.get((preset, e, m))
-        if stands_in(p, preset) and c.mean is not None and (own is None or own.mean is None):
+        if stands_in(p, preset, e) and c.mean is not None and (own is None or own.mean is None):
             out[(preset, e, m)] = replace(c, stand_in=p)
     return {k: out[k] for k in sorted(out, key=_key_order)}
 

@@ -99,10 +99,12 @@ def stand_in_note(shown: list[Cell | None]) -> list[str]:
     variants = sorted({c.stand_in for c in shown if c is not None and c.stand_in and c.mean is not None})
     if not variants:
         return []
+    from .data import stand_in_reasons
+
+    reasons = list(dict.fromkeys(why for v in variants for why in stand_in_reasons(v)))
     return [
-        f"{STAND_IN_MARK} Run under " + ", ".join(f"`{v}`" for v in variants) + ": the paper's setting needs an "
-        "input these machines lack (the CIFAR encoder's CIFAR-100 source), so this documented stand-in "
-        "(docs/choices.md) fills the cell and counts toward the table.",
+        f"{STAND_IN_MARK} Run under " + ", ".join(f"`{v}`" for v in variants) + ": " + "; ".join(reasons) + ". "
+        "This documented stand-in (docs/choices.md) fills the cell and counts toward the table.",
         "",
     ]
 

@@ -81,7 +81,11 @@ def write_report(
     # the control sits beside paper's Conditional and a stand-in variant (data.STAND_IN_OPTIONS) fills
     # paper's cells it has no run of: both are read even when only `paper` is reported
     beside = (
-        [r for r in db.ok if r["protocol_name"] == md.CONTROL or stands_in(r["protocol_name"])]
+        [
+            r
+            for r in db.ok
+            if r["protocol_name"] == md.CONTROL or stands_in(r["protocol_name"], experiment=r["experiment"])
+        ]
         if protocol_name == "paper"
         else []
     )
