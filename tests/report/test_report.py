@@ -502,14 +502,18 @@ def test_a_bf16_variant_stands_in_on_cifar10_only_and_says_why(tmp_path):
     save(con, "E1/cifar10/K=3/rich", "Conditional", 0, pub_c - 0.02,
          protocol="paper[encoder_source=pacs32,precision=bf16]")
     save(con, "E1/mnist/K=3/rich", "Oracle", 0, 0.99, protocol="paper[precision=bf16]")
+    # where the fp32 stand-in ran too, it fills the cell, not the bf16 one (fewer options changed)
+    save(con, "E1/cifar10/K=2/rich", "Conditional", 0, 0.80, protocol="paper[encoder_source=pacs32,precision=bf16]")
+    save(con, "E1/cifar10/K=2/rich", "Conditional", 0, 0.82, protocol="paper[encoder_source=pacs32]")
     con.close()
     text = write_report(tmp_path / "r.sqlite", tmp_path / "out", "paper").read_text()
     table = section(text, "### Table X: E1")
     assert row(table, "cifar10", "K=3")[column(table, "Oracle")].startswith(f"{100 * (pub_o - 0.01):.1f} † (")
     assert row(table, "cifar10", "K=3")[column(table, "Conditional")].startswith(f"{100 * (pub_c - 0.02):.1f} † (")
     assert row(table, "mnist", "K=3")[column(table, "Oracle")].startswith("not run")
+    assert row(table, "cifar10", "K=2")[column(table, "Conditional")].startswith("82.0 † (")
     note = next(line for line in table.splitlines() if line.startswith("† Run under"))
-    assert "`paper[encoder_source=pacs32,precision=bf16]`, `paper[precision=bf16]`" in note
+    assert "`paper[encoder_source=pacs32,precision=bf16]`, `paper[encoder_source=pacs32]`, `paper[precision=bf16]`" in note
     assert "CIFAR-100 source" in note and "bf16 arithmetic, adopted for the CIFAR-10 grid" in note
 
 

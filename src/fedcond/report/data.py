@@ -197,9 +197,15 @@ def stand_in_reasons(protocol: str) -> list[str]:
 
 def with_stand_ins(cells: dict[CellKey, Cell], preset: str = "paper") -> dict[CellKey, Cell]:
     """`cells` plus, for every (experiment, method) that `preset` has no finished seed of, the cell of
-    a stand-in variant (the first by name), filed under `preset` and marked with the variant's name."""
+    a stand-in variant, filed under `preset` and marked with the variant's name: the variant that changes
+    the fewest options (an fp32 pacs32 row before a bf16 pacs32 one), then the first by name."""
     out = dict(cells)
-    for (p, e, m), c in sorted(cells.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "", kv[0][2])):
+
+    def changed(protocol: str | None) -> int:
+        return len(parse_variant(protocol)[1]) if protocol is not None and stands_in(protocol, preset) else 0
+
+    order = sorted(cells.items(), key=lambda kv: (changed(kv[0][0]), kv[0][0] or "", kv[0][1] or "", kv[0][2]))
+    for (p, e, m), c in order:
         own = out.get((preset, e, m))
         if stands_in(p, preset, e) and c.mean is not None and (own is None or own.mean is None):
             out[(preset, e, m)] = replace(c, stand_in=p)
