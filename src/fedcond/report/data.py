@@ -200,15 +200,15 @@ def with_stand_ins(cells: dict[CellKey, Cell], preset: str = "paper") -> dict[Ce
     a stand-in variant, filed under `preset` and marked with the variant's name: the variant that changes
     the fewest options (an fp32 pacs32 row before a bf16 pacs32 one), then the first by name."""
     out = dict(cells)
-
-    def changed(protocol: str | None) -> int:
-        return len(parse_variant(protocol)[1]) if protocol is not None and stands_in(protocol, preset) else 0
-
-    order = sorted(cells.items(), key=lambda kv: (changed(kv[0][0]), kv[0][0] or "", kv[0][1] or "", kv[0][2]))
-    for (p, e, m), c in order:
+    standing = sorted(  # (options changed, variant, experiment, method): fewest changed first, then by name
+        (len(parse_variant(p)[1]), p, e, m)
+        for (p, e, m), c in cells.items()
+        if c.mean is not None and stands_in(p, preset, e)
+    )
+    for _, p, e, m in standing:
         own = out.get((preset, e, m))
-        if stands_in(p, preset, e) and c.mean is not None and (own is None or own.mean is None):
-            out[(preset, e, m)] = replace(c, stand_in=p)
+        if own is None or own.mean is None:
+            out[(preset, e, m)] = replace(cells[(p, e, m)], stand_in=p)
     return {k: out[k] for k in sorted(out, key=_key_order)}
 
 

@@ -12,7 +12,16 @@ import statistics
 
 from ..experiments import EXPERIMENTS
 from ..scenarios.families import STANDARD
-from .data import Cell, Database, PublishedTable, experiment_order, method_order, protocol_order, published_tables
+from .data import (
+    Cell,
+    Database,
+    PublishedTable,
+    experiment_order,
+    method_order,
+    protocol_order,
+    published_tables,
+    stand_in_reasons,
+)
 
 NOT_RUN = "not run"
 
@@ -99,8 +108,6 @@ def stand_in_note(shown: list[Cell | None]) -> list[str]:
     variants = sorted({c.stand_in for c in shown if c is not None and c.stand_in and c.mean is not None})
     if not variants:
         return []
-    from .data import stand_in_reasons
-
     reasons = list(dict.fromkeys(why for v in variants for why in stand_in_reasons(v)))
     return [
         f"{STAND_IN_MARK} Run under " + ", ".join(f"`{v}`" for v in variants) + ": " + "; ".join(reasons) + ". "
@@ -213,8 +220,8 @@ def published_table(t: PublishedTable, protocol: str | None, cells: dict, label:
     variant, smoke, jdfl), a table none of whose cells it ran is left out, and so is each of its
     rows (configurations) the protocol did not run: the rest would only repeat the published numbers."""
     exps = set(t.experiments)
-    ran = {e for (p, e, m) in cells if p == protocol and e in exps}
-    ours_methods = {m for (p, e, m) in cells if p == protocol and e in exps}
+    ran_cells = [(e, m) for (p, e, m) in cells if p == protocol and e in exps]
+    ran, ours_methods = {e for e, _ in ran_cells}, {m for _, m in ran_cells}
     every = shows_every_table(protocol)
     if not ours_methods and not every:
         return []
