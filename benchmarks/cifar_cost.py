@@ -208,6 +208,7 @@ def main() -> None:
         return
     from fedcond.engine.precision import cpu_has_bf16
     from fedcond.models.cpu_kernels.build import cpu_flags, cpu_model, vector_isa
+    from fedcond.protocol import GRID_PRECISION
 
     flags = cpu_flags()
     bf16_flags = [f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
@@ -237,13 +238,14 @@ def main() -> None:
         return
     exact = {p: t for p, t in native.items() if precision_of(p) == "fp32"}
     best_exact = min(exact, key=exact.get)
-    # what the CIFAR grid runs: the validation (docs/choices.md, stop 53) adopted bf16 where the CPU has it;
-    # torch.compile was not shipped (it costs a method more than it buys back), so the grid's path is
-    # `bf16` (the shipped model under autocast) on a bf16 CPU and `shipped` elsewhere
-    grid = "bf16" if cpu_has_bf16() and "bf16" in native else "shipped"
+    # what the CIFAR grid runs: protocol.GRID_PRECISION (bf16, adopted by the validation in docs/choices.md)
+    # where the CPU has it; torch.compile was not shipped (it costs a method more than it buys back), so the
+    # grid's path is `bf16` (the shipped model under autocast) on a bf16 CPU and `shipped` elsewhere
+    adopted = GRID_PRECISION.get("cifar10", "fp32")
+    grid = adopted if adopted in native and cpu_has_bf16() else "shipped"
     print(f"numbers kept: {native['shipped'] / native[best_exact]:.2f}x (fastest fp32 path: {best_exact})")
     print(f"cifar/today: {native['shipped'] / native[grid]:.2f}x (the CIFAR grid's path on this CPU: {grid}, "
-          f"as the bf16 validation adopted)")
+          f"as protocol.GRID_PRECISION adopts)")
 
 
 if __name__ == "__main__":

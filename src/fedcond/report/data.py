@@ -20,6 +20,7 @@ from .. import results
 from ..algorithms import ALGORITHMS, PAPER_METHODS
 from ..errors import FedcondError
 from ..experiments import EXPERIMENTS, parse_variant
+from ..protocol import GRID_PRECISION
 
 _ORDER = "ORDER BY experiment, protocol_name, method, seed, id"  # deterministic, whatever the insertion order
 
@@ -163,7 +164,7 @@ STAND_IN_OPTIONS: dict[str, tuple[tuple[str, ...] | None, str]] = {
         "the paper's setting needs an input these machines lack (the CIFAR encoder's CIFAR-100 source)",
     ),
     "precision": (
-        ("cifar10",),
+        tuple(GRID_PRECISION),
         "bf16 arithmetic, adopted for the CIFAR-10 grid after its validation against fp32 (the report's "
         "'Reduced precision against fp32')",
     ),
