@@ -25,3 +25,50 @@ def test_ifca_first_rounds_traces_each_round_and_appends_a_json_line(tmp_path):
         assert [r["round"] for r in t["rounds"]] == [0, 1]  # stopped after the rounds asked, not the protocol's
         assert all(sum(r["sizes"]) == 10 and len(r["sizes"]) == 2 and -1 <= r["ari"] <= 1 for r in t["rounds"])
     assert run.stdout.strip().splitlines() == out_file.read_text().strip().splitlines()
+
+
+def _jpeg_cost_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("jpeg_cost", PROBES / "jpeg_cost.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _official_batch(pixels, labels) -> bytes:
+    """The byte layout of an official CIFAR-10 python batch (pickle protocol 2, written by Python 2):
+    the labels list in BININT1 items, appended in chunks of 1,000, then the pixel block as one BINSTRING."""
+    out = b"\x80\x02}q\x01(U\x0bbatch_labelq\x02U\x0ftraining batch 1q\x03U\x06labelsq\x04]q\x05"
+    for lo in range(0, len(labels), 1000):
+        out += b"(" + b"".join(b"K" + bytes([v]) for v in labels[lo : lo + 1000]) + b"e"
+    return out + b"U\x04dataq\x06cnumpy.core.multiarray\n_reconstruct\nq\x07" + b"T" + (30_720_000).to_bytes(4, "little") + pixels
+
+
+def test_jpeg_cost_reads_a_cut_official_batch_without_unpickling_and_matches_its_images(tmp_path):
+    import numpy as np
+
+    jc = _jpeg_cost_module()
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, 10_000).tolist()
+    planar = rng.integers(0, 256, (40, 3, 32, 32), dtype=np.uint8)  # the first 40 images' rows (R, G, B planes)
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(_official_batch(planar.tobytes(), labels) + b"\x00" * 100)  # cut mid-image, as the prefixes are
+    x, y = jc.read_prefix(path)
+    assert x.shape == (40, 32, 32, 3) and (x == planar.transpose(0, 2, 3, 1)).all()
+    assert y.tolist() == labels[:40]
+    # the "JPEG copy": the same images shuffled among others of the same labels, with a little noise
+    extra = rng.integers(0, 256, (60, 32, 32, 3), dtype=np.uint8)
+    pool_y = np.concatenate([y, rng.integers(0, 10, 60)])
+    order = rng.permutation(100)
+    noisy = np.clip(x.astype(int) + rng.integers(-3, 4, x.shape), 0, 255).astype(np.uint8)
+    pool_x, pool_y = np.concatenate([noisy, extra])[order], pool_y[order]
+    idx, psnr, ratio = jc.match(x, y, pool_x, pool_y)
+    assert (order[idx] == np.arange(40)).all() and psnr.min() > 35 and ratio > 2
+    path.write_bytes(b"not a batch")
+    try:
+        jc.read_prefix(path)
+    except SystemExit as e:
+        assert "not an official CIFAR-10 python batch" in str(e)
+    else:
+        raise AssertionError("a file that is not a batch was read")
