@@ -157,3 +157,27 @@ def test_conditional_learns_on_digits():
     fedavg = run_method(sc, "FedAvg", proto)
     assert cond.accuracy > 0.9
     assert cond.accuracy > fedavg.accuracy + 0.2
+
+
+def test_fedavg_carry_momentum_continues_each_clients_optimiser_across_rounds(small):
+    """FedAvg(carry_momentum=True): round 2's local training starts each client's SGD from the buffer its
+    round-1 training left (replayed by hand); without it the buffers start at zero, as before."""
+    ctx = _ctx(small)
+    n = small.federation.num_clients
+    alg = make_algorithm("FedAvg(carry_momentum=True)")
+    s0 = alg.init(ctx)
+    s1 = alg.round(ctx, s0, 0)
+    s2 = alg.round(ctx, s1, 1)
+    engine = LoopEngine(SGDConfig(batch_size=16))
+    first = engine.train(ctx.plain_model, [ctx.job(s0.models[0], (i,), False, seed=(0, i), keep_momentum=True)
+                                           for i in range(n)])
+    assert all(torch.equal(s1.momentum[i][k], first[i].momentum[k]) for i in range(n) for k in first[i].momentum)
+    second = engine.train(ctx.plain_model, [ctx.job(s1.models[0], (i,), False, seed=(1, i), momentum=first[i].momentum)
+                                            for i in range(n)])
+    expected = weighted_average([r.params for r in second], small.federation.sizes())
+    assert all(torch.allclose(s2.models[0][k], expected[k], atol=1e-6) for k in expected)
+    plain = make_algorithm("FedAvg")
+    p2 = plain.round(ctx, plain.round(ctx, plain.init(ctx), 0), 1)
+    assert s1.models[0]["fc2.weight"].equal(plain.round(ctx, plain.init(ctx), 0).models[0]["fc2.weight"])
+    assert not torch.allclose(s2.models[0]["fc2.weight"], p2.models[0]["fc2.weight"])
+    assert p2.momentum == ()

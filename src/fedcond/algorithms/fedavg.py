@@ -2,7 +2,9 @@
 Data", AISTATS 2017) and its conditioned twin.
 
 Round r: every client starts from the global weights w_r, runs `local_epochs` of SGD on its own
-data (fresh momentum: clients keep no optimiser state), and the server sets
+data (fresh momentum: clients keep no optimiser state; with `carry_momentum=True` each client keeps
+its own SGD momentum buffer from round to round, as one optimiser per client kept for the whole run
+would: a reading probed for FedAvg's slow start at sparse settings, issue 40), and the server sets
 w_{r+1} = sum_i n_i w_i / sum_i n_i; with a server optimiser (server_opt.py: FedAvgM, FedAdam) the
 server instead steps along that average's difference from w_r.
 """
@@ -24,21 +26,39 @@ class FedAvg(ServerOptimiser, Algorithm):
     needs_truth: ClassVar[bool] = False
     federated: ClassVar[bool] = True
     counts_traffic: ClassVar[bool] = True
+    # each client's SGD momentum lives across rounds (a reading, issue 40); False: fresh every round.
+    # State.momentum holds one buffer per client (over Flower they travel with each job, as Gossip's do)
+    carry_momentum: bool = False
 
     def init(self, ctx: Context) -> State:
-        return State(models=(ctx.init_params(self.conditioned),), assignment=(0,) * ctx.federation.num_clients)
+        n = ctx.federation.num_clients
+        momentum = (None,) * n if self.carry_momentum else ()
+        return State(models=(ctx.init_params(self.conditioned),), assignment=(0,) * n, momentum=momentum)
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
         epochs = self.epochs_per_round(ctx)
-        jobs = [ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i), epochs=epochs) for i in range(n)]
+        carried = state.momentum if self.carry_momentum and len(state.momentum) == n else (None,) * n
+        kept = {"keep_momentum": True} if self.carry_momentum else {}
+        jobs = [
+            ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i), epochs=epochs, momentum=carried[i], **kept)
+            for i in range(n)
+        ]
         send(ctx, range(n), state.models[0])
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         receive(ctx, range(n), results)
         replies = aggregate(ctx, range(n), results)
         w, slots = self.server_step(state.models[0], replies.average(), state.extra.get("server"))
         extra = {} if slots is None else {"server": slots}
-        return State(models=(w,), assignment=state.assignment, round=r + 1, train_loss=replies.loss, extra=extra)
+        momentum = tuple(res.momentum for res in results) if self.carry_momentum else ()
+        return State(
+            models=(w,),
+            assignment=state.assignment,
+            momentum=momentum,
+            round=r + 1,
+            train_loss=replies.loss,
+            extra=extra,
+        )
 
     def epochs_per_round(self, ctx: Context) -> int:
         """Local epochs of a round: the protocol's (`--local-epochs`)."""
