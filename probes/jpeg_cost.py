@@ -35,6 +35,7 @@ import torch
 
 from fedcond.data.registry import load
 from fedcond.engine import Job, LoopEngine, SGDConfig, predict
+from fedcond.models.cpu_kernels.build import cpu_model, vector_isa
 from fedcond.models.spec import ModelSpec
 from fedcond.scenarios.groupings import E1_SEMANTIC
 
@@ -131,7 +132,8 @@ def main() -> None:
             torch.manual_seed(seed)
             init = {k: v.clone() for k, v in spec.build().state_dict().items()}
             row = {"seed": seed, "group": group, "n_train": int(tr.sum()), "n_test": int(te.sum()),
-                   "epochs": a.epochs, "precision": a.precision, "psnr_train_median": float(np.median(psnr_tr[tr]))}
+                   "epochs": a.epochs, "precision": a.precision, "psnr_train_median": float(np.median(psnr_tr[tr])),
+                   "cpu": f"{cpu_model()} ({vector_isa()})"}
             models = {}
             for arm, x in (("lossless", train_ll[tr]), ("jpeg", train_jp[tr])):
                 t0 = time.time()
