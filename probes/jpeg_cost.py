@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedcond.data.formats.cifar_pickle import rows_to_hwc  # a cut file cannot go through its safe unpickler
 from fedcond.data.registry import load
 from fedcond.engine import Job, LoopEngine, SGDConfig, predict
 from fedcond.models.cpu_kernels.build import cpu_model, vector_isa
@@ -52,7 +53,7 @@ def read_prefix(path: Path) -> tuple[np.ndarray, np.ndarray]:
         sys.exit(f"{path}: not an official CIFAR-10 python batch (no labels list before the pixel string)")
     start += len(BINSTRING)
     m = min(10_000, (len(raw) - start) // 3072)
-    x = np.frombuffer(raw[start : start + m * 3072], np.uint8).reshape(m, 3, 32, 32).transpose(0, 2, 3, 1)
+    x = rows_to_hwc(np.frombuffer(raw[start : start + m * 3072], np.uint8).reshape(m, 3072), str(path))
     labels, p = [], raw.find(b"]", at) + 1  # EMPTY_LIST; then MARK, BININT1 items, APPENDS, in chunks of 1,000
     while p < start and len(labels) < 10_000:
         op = raw[p : p + 1]
@@ -67,7 +68,7 @@ def read_prefix(path: Path) -> tuple[np.ndarray, np.ndarray]:
             break
     if len(labels) != 10_000 or max(labels) > 9:
         sys.exit(f"{path}: read {len(labels)} labels, expected 10,000 in 0..9")
-    return np.ascontiguousarray(x), np.array(labels[:m], dtype=np.int64)
+    return x, np.array(labels[:m], dtype=np.int64)
 
 
 def thumbs(x: np.ndarray) -> np.ndarray:

@@ -38,10 +38,15 @@ class FedAvg(ServerOptimiser, Algorithm):
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
         epochs = self.epochs_per_round(ctx)
-        carried = state.momentum if self.carry_momentum and len(state.momentum) == n else (None,) * n
-        kept = {"keep_momentum": True} if self.carry_momentum else {}
         jobs = [
-            ctx.job(state.models[0], (i,), self.conditioned, seed=(r, i), epochs=epochs, momentum=carried[i], **kept)
+            ctx.job(
+                state.models[0],
+                (i,),
+                self.conditioned,
+                seed=(r, i),
+                epochs=epochs,
+                **({"momentum": state.momentum[i], "keep_momentum": True} if self.carry_momentum else {}),
+            )
             for i in range(n)
         ]
         send(ctx, range(n), state.models[0])
