@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -181,3 +183,51 @@ def test_fedavg_carry_momentum_continues_each_clients_optimiser_across_rounds(sm
     assert s1.models[0]["fc2.weight"].equal(plain.round(ctx, plain.init(ctx), 0).models[0]["fc2.weight"])
     assert not torch.allclose(s2.models[0]["fc2.weight"], p2.models[0]["fc2.weight"])
     assert p2.momentum == ()
+
+
+class _DroppingEngine(LoopEngine):
+    """Client `drop`'s job gets no reply, as a Flower client that drops out mid-round (server.py)."""
+
+    def __init__(self, drop: int):
+        super().__init__(SGDConfig(batch_size=16))
+        self.drop = drop
+
+    def train(self, spec, jobs):
+        out = super().train(spec, jobs)
+        return [None if job.seed[-1] == self.drop else res for job, res in zip(jobs, out)]  # seed: (seed, r, i)
+
+
+@pytest.mark.parametrize("method", ["FedAvg(carry_momentum=True)", "Gossip(carry_momentum=True)"])
+def test_a_client_that_drops_out_keeps_its_momentum_and_the_round_goes_on(small, method):
+    """A client with no reply (over Flower: it dropped out) keeps the buffers (and, in Gossip, the model)
+    it had before the round; the others' come from their jobs. Before, the round raised on the None."""
+    ctx = _ctx(small)
+    alg = make_algorithm(method)
+    s1 = alg.round(ctx, alg.init(ctx), 0)
+    s2 = alg.round(dataclasses.replace(ctx, engine=_DroppingEngine(drop=1)), s1, 1)
+    assert s2.momentum[1] is s1.momentum[1]
+    assert all(not torch.equal(s2.momentum[i]["fc2.weight"], s1.momentum[i]["fc2.weight"]) for i in (0, 2))
+    if method.startswith("Gossip"):
+        assert s2.models[1] is s1.models[1]
+
+
+def test_fedavg_counts_the_momentum_buffers_that_travel_with_its_jobs(small):
+    """With carry_momentum the server holds each client's buffers between rounds (a Flower client keeps no
+    state), so they cross the wire both ways and the traffic says so; without it, only the weights."""
+    from fedcond.algorithms.traffic import Traffic, payload_bytes
+
+    n = small.federation.num_clients
+    counted, buffers = {}, 0
+    for method in ("FedAvg", "FedAvg(carry_momentum=True)"):
+        ctx = dataclasses.replace(_ctx(small), traffic=Traffic(n))
+        alg = make_algorithm(method)
+        s1 = alg.round(ctx, alg.init(ctx), 0)
+        alg.round(ctx, s1, 1)
+        counted[method] = (ctx.traffic.down.copy(), ctx.traffic.up.copy())
+        buffers = payload_bytes(s1.momentum[0]) if s1.momentum else buffers
+    weights = payload_bytes(s1.models[0])
+    plain_down, plain_up = counted["FedAvg"]
+    carry_down, carry_up = counted["FedAvg(carry_momentum=True)"]
+    assert buffers > 0 and (plain_down == 2 * weights).all() and (plain_up == 2 * weights).all()
+    assert (carry_up == plain_up + 2 * buffers).all()  # the buffers come back after every round
+    assert (carry_down == plain_down + buffers).all()  # and go out from round 2 on (round 1 starts at zero)

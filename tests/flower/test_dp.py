@@ -27,3 +27,19 @@ def test_private_conditional_reports_its_privacy_budget(fl_scenario, flower_sess
     assert res["per_client"] != plain["per_client"]  # noise and clipping changed the training
     print(f"\nDP-SGD: epsilon {res['epsilon']:.2f} at delta {res['delta']:g}, accuracy {res['accuracy']:.4f} "
           f"(non-private {plain['accuracy']:.4f})")
+
+
+@pytest.mark.parametrize("carried", [{"keep_momentum": True}, {"momentum": {}}])
+def test_dp_refuses_a_job_that_carries_momentum_rather_than_resetting_it(carried):
+    """DP-SGD runs its own optimiser, fresh every job: a job that brings buffers, or asks for them back
+    (FedAvg(carry_momentum=True)'s first round brings none), is refused, not silently run fresh."""
+    import torch
+
+    from fedcond.engine import Job
+    from fedcond.errors import FedcondError
+    from fedcond.flower.dp import train_private
+
+    job = Job(params={}, x=torch.zeros(1, 1, 2, 2, dtype=torch.uint8), y=torch.zeros(1, dtype=torch.long), s=None,
+              epochs=1, seed=(0,), **carried)
+    with pytest.raises(FedcondError, match="without carry_momentum"):
+        train_private(None, job, None, None, None)

@@ -496,6 +496,9 @@ def test_a_bf16_variant_stands_in_on_cifar10_only_and_says_why(tmp_path):
     assert stands_in("paper[encoder_source=pacs32,precision=bf16]", experiment="E1/cifar10/K=3/rich")
     assert not stands_in("paper[precision=bf16]", experiment="E1/mnist/K=3/rich")
     assert stands_in("paper[encoder_source=pacs32]", experiment="E1/mnist/K=3/rich")  # no dataset limit
+    # the value adopted, not the option's name: another precision on CIFAR-10 stays a variant
+    assert not stands_in("paper[precision=fp32]", experiment="E1/cifar10/K=3/rich")
+    assert not stands_in("paper[precision=fp32]") and stands_in("paper[precision=bf16]")
     con = results.connect(tmp_path / "r.sqlite")
     pub_o, pub_c = (published("X", "cifar10", "K=3", m) for m in ("Oracle", "Conditional"))
     save(con, "E1/cifar10/K=3/rich", "Oracle", 0, pub_o - 0.01, protocol="paper[precision=bf16]")

@@ -192,6 +192,12 @@ def aggregate(ctx: Context, clients, results: list[JobResult | None]) -> Replies
     return Replies(answered, tuple(results[j] for j in ok), ctx.federation.sizes()[list(answered)])
 
 
+def carried_momentum(before: tuple, results: list[JobResult | None]) -> tuple:
+    """Each client's momentum buffers after a round whose jobs carried them: the job's, or, for a
+    client that did not reply (over Flower it dropped out), the buffers it held before the round."""
+    return tuple(old if res is None else res.momentum for old, res in zip(before, results))
+
+
 def send(ctx: Context, clients, payload) -> None:
     """The server gives each of `clients` the payload (payload(i) when callable): counted in ctx.traffic."""
     if ctx.traffic is not None:

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from ..errors import FedcondError
 from ..models import CONDITIONINGS
-from .base import Algorithm, Context, State, aggregate, receive, send
+from .base import Algorithm, Context, State, aggregate, carried_momentum, receive, send
 from .server_opt import ServerOptimiser
 
 
@@ -50,12 +50,18 @@ class FedAvg(ServerOptimiser, Algorithm):
             for i in range(n)
         ]
         send(ctx, range(n), state.models[0])
+        if self.carry_momentum:  # a client keeps no state between rounds: its buffers travel with its job
+            send(ctx, range(n), lambda i: state.momentum[i])
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
         receive(ctx, range(n), results)
+        if self.carry_momentum and ctx.traffic is not None:  # and come back with its reply
+            for i, res in enumerate(results):
+                if res is not None:
+                    ctx.traffic.receive(i, res.momentum)
         replies = aggregate(ctx, range(n), results)
         w, slots = self.server_step(state.models[0], replies.average(), state.extra.get("server"))
         extra = {} if slots is None else {"server": slots}
-        momentum = tuple(res.momentum for res in results) if self.carry_momentum else ()
+        momentum = carried_momentum(state.momentum, results) if self.carry_momentum else ()
         return State(
             models=(w,),
             assignment=state.assignment,

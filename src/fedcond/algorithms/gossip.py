@@ -37,7 +37,7 @@ import torch
 
 from ..engine import weighted_average
 from ..errors import FedcondError
-from .base import Algorithm, Context, State, aggregate
+from .base import Algorithm, Context, State, aggregate, carried_momentum
 
 PAIRING = 0x6055  # purpose of the random stream that draws each round's pairs
 GLOROT = 0x6107  # purpose of the random stream that draws weight_init="glorot" weights
@@ -111,11 +111,14 @@ class Gossip(Algorithm):
             for i in range(n)
         ]
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        models = [res.params for res in results]  # the odd one out keeps its locally trained model
-        momentum = tuple(res.momentum for res in results) if self.carry_momentum else (None,) * n
+        # the odd one out keeps its locally trained model; a client that did not reply (over Flower it
+        # dropped out) keeps the model and buffers it had, and its partner keeps its own trained model
+        models = [state.models[i] if res is None else res.params for i, res in enumerate(results)]
+        momentum = carried_momentum(state.momentum, results) if self.carry_momentum else (None,) * n
         pairs = random_pairs(n, np.random.default_rng(np.random.SeedSequence([ctx.seed, PAIRING, r])))
         for i, j in pairs:
-            models[i] = models[j] = weighted_average([results[i].params, results[j].params], np.ones(2))
+            if results[i] is not None and results[j] is not None:
+                models[i] = models[j] = weighted_average([results[i].params, results[j].params], np.ones(2))
         loss = aggregate(ctx, range(n), results).loss
         return State(
             models=tuple(models),

@@ -80,8 +80,11 @@ def _wrap_layers(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
 def train_private(spec, job: Job, default_sgd: SGDConfig, dp: DPConfig, context: Context) -> JobResult:
     from opacus import PrivacyEngine
 
-    if job.regulariser is not None or job.momentum is not None or job.loss_fn is not None:
-        raise FedcondError("DP-SGD runs FedAvg-style local jobs only (FedAvg, Conditional-FedAvg)")
+    if job.regulariser is not None or job.momentum is not None or job.keep_momentum or job.loss_fn is not None:
+        # keep_momentum too: a job that asks for its buffers back must not silently get fresh ones each round
+        raise FedcondError(
+            "DP-SGD runs FedAvg-style local jobs only (FedAvg, Conditional-FedAvg, without carry_momentum)"
+        )
     sgd = job.sgd or default_sgd
     n = len(job.y)
     s = job.s if job.s is not None else torch.zeros(n, 0)

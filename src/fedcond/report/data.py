@@ -155,16 +155,17 @@ def cells(ok: list[dict], failed: list[dict]) -> dict[CellKey, Cell]:
 
 
 # Options whose change may stand in for a `paper` cell that has no run of its own, marked as such
-# wherever shown, each with the datasets it may stand in on (None: every one) and why (docs/choices.md):
-# the CIFAR encoder's source replaces an input the paper's setting needs and these machines lack; bf16
-# arithmetic was validated against fp32 on E1/cifar10/K=2/rich and adopted for the CIFAR grid only.
-STAND_IN_OPTIONS: dict[str, tuple[tuple[str, ...] | None, str]] = {
+# wherever shown, each with where it may (None: every dataset, any value; else {dataset: the one value
+# adopted there}) and why (docs/choices.md): the CIFAR encoder's source replaces an input the paper's
+# setting needs and these machines lack; bf16 arithmetic was validated against fp32 on
+# E1/cifar10/K=2/rich and adopted for the CIFAR grid only (any other precision stays a variant).
+STAND_IN_OPTIONS: dict[str, tuple[dict[str, object] | None, str]] = {
     "encoder_source": (
         None,
         "the paper's setting needs an input these machines lack (the CIFAR encoder's CIFAR-100 source)",
     ),
     "precision": (
-        tuple(GRID_PRECISION),
+        dict(GRID_PRECISION),
         "bf16 arithmetic, adopted for the CIFAR-10 grid after its validation against fp32 (the report's "
         "'Reduced precision against fp32')",
     ),
@@ -172,8 +173,8 @@ STAND_IN_OPTIONS: dict[str, tuple[tuple[str, ...] | None, str]] = {
 
 
 def stands_in(protocol: str | None, preset: str = "paper", experiment: str | None = None) -> bool:
-    """Whether `protocol` is `preset[...]` with changes to STAND_IN_OPTIONS only, each allowed on
-    `experiment`'s dataset (any dataset when `experiment` is None)."""
+    """Whether `protocol` is `preset[...]` with changes to STAND_IN_OPTIONS only, each to the value adopted
+    on `experiment`'s dataset (on some dataset when `experiment` is None)."""
     if protocol is None:
         return False
     try:
@@ -183,9 +184,14 @@ def stands_in(protocol: str | None, preset: str = "paper", experiment: str | Non
     if base != preset or not changes or not set(changes) <= set(STAND_IN_OPTIONS):
         return False
     dataset = experiment.split("/")[1] if experiment and experiment.count("/") >= 1 else None
-    for k in changes:
-        allowed = STAND_IN_OPTIONS[k][0]
-        if dataset is not None and allowed is not None and dataset not in allowed:
+    for k, value in changes.items():
+        adopted = STAND_IN_OPTIONS[k][0]
+        if adopted is None:
+            continue
+        if dataset is None:
+            if value not in adopted.values():
+                return False
+        elif dataset not in adopted or adopted[dataset] != value:
             return False
     return True
 
