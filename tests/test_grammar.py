@@ -3,6 +3,7 @@ experiments.py reads as it did before the grammar had its own module; bad names 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +18,46 @@ from fedcond.grammar import coerce, key_values
 GOLDEN = json.loads((Path(__file__).parent / "grammar_names.json").read_text())
 
 
+def _default(f: dataclasses.Field):
+    """A field's default value, or MISSING where it has none."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING
+
+
+def brief(obj) -> str:
+    """An algorithm's repr with only the fields that differ from their defaults (nested algorithms alike),
+    so a new field at its default leaves every name's entry as it was; the defaults themselves are
+    pinned once per class (GOLDEN["defaults"], test_each_algorithms_defaults_read_as_before)."""
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        return repr(obj)
+    shown = []
+    for f in dataclasses.fields(obj):
+        value, default = getattr(obj, f.name), _default(f)
+        if f.repr and (default is dataclasses.MISSING or value != default):
+            shown.append(f"{f.name}={brief(value)}")
+    return f"{type(obj).__name__}({', '.join(shown)})"
+
+
+def defaults(cls: type) -> dict[str, str]:
+    """Each field of a dataclass with a default: the default's repr."""
+    return {f.name: repr(_default(f)) for f in dataclasses.fields(cls) if _default(f) is not dataclasses.MISSING}
+
+
+def algorithm_classes(obj) -> set[type]:
+    """The dataclasses an algorithm is made of: itself and any it holds (a plug-in's base, a loss)."""
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        return set()
+    return {type(obj)}.union(*(algorithm_classes(getattr(obj, f.name)) for f in dataclasses.fields(obj)))
+
+
 def _outcome(f, *args, **kw) -> str:
     try:
         out = f(*args, **kw)
     except FedcondError as e:
         assert "\n" not in str(e), f"a bad name's error spans lines: {e!r}"
         return f"error: {e}"
-    return out if isinstance(out, str) else repr(out)
+    return out if isinstance(out, str) else brief(out)
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN["names"]))
@@ -31,6 +65,14 @@ def test_method_names_read_as_before(name):
     canonical, algorithm = GOLDEN["names"][name]
     assert _outcome(canonical_name, name) == canonical
     assert _outcome(make_algorithm, name, num_clusters=2) == algorithm
+
+
+def test_each_algorithms_defaults_read_as_before():
+    """The defaults of every algorithm class the names above make (brief() leaves them out of each name):
+    a changed default changes results, so it must change here too, on purpose."""
+    classes = set().union(*(algorithm_classes(make_algorithm(name, num_clusters=2))
+                            for name, (_, made) in GOLDEN["names"].items() if not made.startswith("error")))
+    assert {c.__name__: defaults(c) for c in classes} == GOLDEN["defaults"]
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN["variants"]))
