@@ -207,8 +207,14 @@ def test_a_client_that_drops_out_keeps_its_momentum_and_the_round_goes_on(small,
     s2 = alg.round(dataclasses.replace(ctx, engine=_DroppingEngine(drop=1)), s1, 1)
     assert s2.momentum[1] is s1.momentum[1]
     assert all(not torch.equal(s2.momentum[i]["fc2.weight"], s1.momentum[i]["fc2.weight"]) for i in (0, 2))
-    if method.startswith("Gossip"):
+    if method.startswith("Gossip"):  # its partner keeps its own trained model; the other pairs still average
         assert s2.models[1] is s1.models[1]
+        pairs = s2.extra["pairs"]
+        partner = next((j for a, b in pairs for i, j in ((a, b), (b, a)) if i == 1), None)
+        if partner is not None:
+            assert s2.models[partner] is not s2.models[1]
+            assert not any(torch.equal(s2.models[partner][k], s1.models[1][k]) for k in s1.models[1])
+        assert all(s2.models[a] is s2.models[b] for a, b in pairs if 1 not in (a, b))
 
 
 def test_fedavg_counts_the_momentum_buffers_that_travel_with_its_jobs(small):

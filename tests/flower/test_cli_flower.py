@@ -22,6 +22,8 @@ def run_cli(capsys, *argv):
     (["--experiment", "E1/mnist/K=2/rich", "--method", "FedAvg", "--fraction", "1.5"], "--fraction must be in (0, 1]"),
     (["--experiment", "E1/mnist/K=2/rich", "--method", "FedProc"], "custom local losses"),
     (["--experiment", "JDFL/pacs/main", "--method", "FedAvg+jdfl-graded"], "custom local losses"),
+    (["--experiment", "E1/mnist/K=2/rich", "--method", "FedAvg(carry_momentum=True)", "--dp-noise", "0.8"],
+     "carry_momentum cannot run under it"),
 ])
 def test_bad_input_is_one_line(capsys, argv, message):
     pytest.importorskip("flwr")

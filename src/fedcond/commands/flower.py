@@ -165,6 +165,8 @@ def make_run(args):
         epochs=args.epochs, local_epochs=args.local_epochs, statistic=args.statistic
     )
     dp = DPConfig(args.dp_noise, args.dp_clip, args.dp_delta) if args.dp_noise is not None else None
+    if dp is not None and getattr(alg, "carry_momentum", False):  # said here, not by every client mid-round
+        raise FedcondError(f"{method}: DP-SGD builds a fresh optimiser each job, so carry_momentum cannot run under it")
     clients = spec.build().federation.num_clients  # one SuperNode per client
     return FlowerRun(
         spec=spec,

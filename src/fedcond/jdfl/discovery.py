@@ -121,6 +121,9 @@ def update_snapshots(ctx, epochs: int, batch_size: int | None = None) -> tuple[d
             for i in range(n)
         ]
         results = ctx.engine.train(spec, jobs)
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:  # every client's update vector is needed: discovery cannot go on without one
+            raise FedcondError(f"JDFL discovery: client(s) {missing} did not reply in epoch {e + 1}")
         current = [r.params for r in results]
         momentum = [r.momentum for r in results]
         snaps.append([{k: p[k] for k in keep} for p in current])
