@@ -72,3 +72,34 @@ def test_jpeg_cost_reads_a_cut_official_batch_without_unpickling_and_matches_its
         assert "not an official CIFAR-10 python batch" in str(e)
     else:
         raise AssertionError("a file that is not a batch was read")
+
+
+def test_label_agreement_bound_by_hand_and_from_the_scenarios_permutations():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("label_agreement", PROBES / "label_agreement.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # one fixed point of three classes: (1 + f/C)/2 = (1 + 1/3)/2
+    assert abs(mod.agreement_bound([(0, 1, 2), (0, 2, 1)]) - 2 / 3) < 1e-12
+    assert mod.agreement_bound([(0, 1, 2), (1, 2, 0), (2, 0, 1)]) == 1 / 3  # no class agrees: 1/K
+    from fedcond.scenarios.families import label_permutations
+
+    perms = label_permutations(10, 2, 0)
+    fixed = sum(a == b for a, b in zip(*perms))
+    assert mod.agreement_bound(perms) == (1 + fixed / 10) / 2
+    run = subprocess.run([sys.executable, str(PROBES / "label_agreement.py"), "--k", "2,4", "--seeds", "0,1"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [line["k"] for line in lines] == [2, 4] and set(lines[1]["bound_by_seed"]) == {"0", "1"}
+
+
+def test_e3b_draws_the_same_permutations_as_before_the_helper():
+    """label_permutations is the scenario's own draw: seed 0's K=2 second permutation, as E3b rows recorded
+    it (the explanations' f = 1 for seed 0)."""
+    from fedcond.scenarios.families import label_permutations
+
+    perms = label_permutations(10, 2, 0)
+    assert perms[0] == tuple(range(10)) and sum(a == b for a, b in zip(*perms)) == 1
+    assert [sum(a == b for a, b in zip(*label_permutations(10, 2, s))) for s in (1, 2)] == [1, 0]

@@ -134,6 +134,17 @@ def concept_shift(dataset: str, load: Loader, k: int = 2, clients_per_cluster: i
     return build("E3a", dataset, specs, {dataset: data}, C, seed, names, _params(locals()))
 
 
+def label_permutations(num_classes: int, k: int, seed: int) -> list[tuple[int, ...]]:
+    """E3b's K label maps for a seed: the identity, then distinct random permutations (class -> label)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9E3B]))  # purpose: label permutations
+    perms = [tuple(range(num_classes))]
+    while len(perms) < k:
+        p = tuple(int(v) for v in rng.permutation(num_classes))
+        if p not in perms:
+            perms.append(p)
+    return perms
+
+
 def label_permutation(dataset: str, load: Loader, k: int = 2, clients_per_cluster: int = 5, seed: int = 0):
     """E3b: every cluster classifies all classes under its own random permutation of the labels.
 
@@ -144,12 +155,7 @@ def label_permutation(dataset: str, load: Loader, k: int = 2, clients_per_cluste
     C = len(data.classes)
     if not 2 <= k <= 10:
         raise FedcondError(f"E3b needs 2 <= K <= 10, got K={k}")
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9E3B]))  # purpose: label permutations
-    perms = [tuple(range(C))]
-    while len(perms) < k:
-        p = tuple(int(v) for v in rng.permutation(C))
-        if p not in perms:
-            perms.append(p)
+    perms = label_permutations(C, k, seed)
     specs = [ClusterSpec(f"perm{i}", dataset, p, clients=clients_per_cluster) for i, p in enumerate(perms)]
     return build(
         "E3b", dataset, specs, {dataset: data}, C, seed, tuple(f"label{c}" for c in range(C)), _params(locals())
