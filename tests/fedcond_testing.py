@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from fedcond.engine import LoopEngine
+
 SHARED = Path(os.environ.get("FEDCOND_DATA", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
 
 
@@ -54,3 +56,18 @@ def rows_so_far(db: Path, query: str) -> list[tuple]:
         return []
     finally:
         con.close()
+
+
+class DroppingEngine(LoopEngine):
+    """The simulator's engine, except that one client's reply is lost in one round."""
+
+    def __init__(self, sgd, client: int, call: int):
+        super().__init__(sgd)
+        self.client, self.call, self.calls = client, call, 0
+
+    def train(self, spec, jobs):
+        self.calls += 1
+        results = super().train(spec, jobs)
+        if self.calls == self.call:
+            results[self.client] = None
+        return results

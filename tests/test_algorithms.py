@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedcond_testing import tagged_dataset
+from fedcond_testing import DroppingEngine, tagged_dataset
 from fedcond.algorithms import ALGORITHMS, Context, make_algorithm, resolve_methods
 from fedcond.client_stats import client_statistics
 from fedcond.engine import LoopEngine, SGDConfig, batch_order, weighted_average
@@ -185,18 +185,6 @@ def test_fedavg_carry_momentum_continues_each_clients_optimiser_across_rounds(sm
     assert p2.momentum == ()
 
 
-class _DroppingEngine(LoopEngine):
-    """Client `drop`'s job gets no reply, as a Flower client that drops out mid-round (server.py)."""
-
-    def __init__(self, drop: int):
-        super().__init__(SGDConfig(batch_size=16))
-        self.drop = drop
-
-    def train(self, spec, jobs):
-        out = super().train(spec, jobs)
-        return [None if job.seed[-1] == self.drop else res for job, res in zip(jobs, out)]  # seed: (seed, r, i)
-
-
 @pytest.mark.parametrize("method", ["FedAvg(carry_momentum=True)", "Gossip(carry_momentum=True)"])
 def test_a_client_that_drops_out_keeps_its_momentum_and_the_round_goes_on(small, method):
     """A client with no reply (over Flower: it dropped out) keeps the buffers (and, in Gossip, the model)
@@ -204,7 +192,8 @@ def test_a_client_that_drops_out_keeps_its_momentum_and_the_round_goes_on(small,
     ctx = _ctx(small)
     alg = make_algorithm(method)
     s1 = alg.round(ctx, alg.init(ctx), 0)
-    s2 = alg.round(dataclasses.replace(ctx, engine=_DroppingEngine(drop=1)), s1, 1)
+    dropping = DroppingEngine(SGDConfig(batch_size=16), client=1, call=1)  # client 1's reply lost in round 2
+    s2 = alg.round(dataclasses.replace(ctx, engine=dropping), s1, 1)
     assert s2.momentum[1] is s1.momentum[1]
     assert all(not torch.equal(s2.momentum[i]["fc2.weight"], s1.momentum[i]["fc2.weight"]) for i in (0, 2))
     if method.startswith("Gossip"):  # its partner keeps its own trained model; the other pairs still average

@@ -2,26 +2,12 @@
 
 import pytest
 
-from fedcond.engine import LoopEngine, SGDConfig
+from fedcond.engine import SGDConfig
 from fedcond.errors import FedcondError
 from fedcond.simulate import run_method
 
+from fedcond_testing import DroppingEngine
 from flower_testing import THREE_ROUNDS, TWO_ROUNDS
-
-
-class DroppingEngine(LoopEngine):
-    """The simulator's engine, except that one client's reply is lost in one round."""
-
-    def __init__(self, sgd, client: int, call: int):
-        super().__init__(sgd)
-        self.client, self.call, self.calls = client, call, 0
-
-    def train(self, spec, jobs):
-        self.calls += 1
-        results = super().train(spec, jobs)
-        if self.calls == self.call:
-            results[self.client] = None
-        return results
 
 
 @pytest.mark.flower

@@ -206,12 +206,14 @@ def send(ctx: Context, clients, payload) -> None:
 
 
 def receive(ctx: Context, clients, results: list[JobResult | None], keep=None) -> None:
-    """Each of `clients` sends back its job's weights (only the names in `keep`, where given; a
-    client that did not reply sends nothing): counted in ctx.traffic."""
+    """Each of `clients` sends back its job's weights (only the names in `keep`, where given) and the
+    momentum buffers its job kept (a client holds no state between rounds, so carried buffers travel
+    with its reply; a client that did not reply sends nothing): counted in ctx.traffic."""
     if ctx.traffic is not None:
         for i, res in zip(clients, results):
             if res is not None:
                 ctx.traffic.receive(i, res.params if keep is None else {k: res.params[k] for k in keep})
+                ctx.traffic.receive(i, res.momentum)  # None (0 bytes) unless the job kept its buffers
 
 
 _CLIENT_SAMPLING = 0xC11E  # names the random stream of client sampling (shared by every algorithm here)

@@ -53,11 +53,7 @@ class FedAvg(ServerOptimiser, Algorithm):
         if self.carry_momentum:  # a client keeps no state between rounds: its buffers travel with its job
             send(ctx, range(n), lambda i: state.momentum[i])
         results = ctx.engine.train(ctx.spec(self.conditioned), jobs)
-        receive(ctx, range(n), results)
-        if self.carry_momentum and ctx.traffic is not None:  # and come back with its reply
-            for i, res in enumerate(results):
-                if res is not None:
-                    ctx.traffic.receive(i, res.momentum)
+        receive(ctx, range(n), results)  # the buffers come back with the weights
         replies = aggregate(ctx, range(n), results)
         w, slots = self.server_step(state.models[0], replies.average(), state.extra.get("server"))
         extra = {} if slots is None else {"server": slots}
