@@ -390,3 +390,14 @@ def test_sweep_that_could_not_run_a_cell_exits_non_zero_and_names_it(capsys, tmp
     assert json.loads(out)["unavailable"] == 2 and "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("fedcond: 2 cell(s) could not run") and "E1/mnist/K=2/rich Local,FedAvg seed 0 [smoke]" in last
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`fedcond experiments list | head -1`: the pipe closes before the listing is written; the command
+    stops quietly with 141 (128 + SIGPIPE), as a shell tool does, not with a BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "fedcond.cli", "experiments", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the interpreter has even started: every write fails
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err and err == ""

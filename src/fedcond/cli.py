@@ -635,6 +635,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print("fedcond: interrupted; finished results are in the database", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
+    except BrokenPipeError:  # the reader left (`fedcond results | head`): no traceback, as a shell tool would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush of stdout cannot fail again
+        return 141  # 128 + SIGPIPE
     return 0
 
 

@@ -23,7 +23,12 @@ def run_cli(capsys, *argv):
     (["--experiment", "E1/mnist/K=2/rich", "--method", "FedProc"], "custom local losses"),
     (["--experiment", "JDFL/pacs/main", "--method", "FedAvg+jdfl-graded"], "custom local losses"),
     (["--experiment", "E1/mnist/K=2/rich", "--method", "FedAvg(carry_momentum=True)", "--dp-noise", "0.8"],
-     "carry_momentum cannot run under it"),
+     "DP-SGD privatises plain local SGD only"),
+    (["--experiment", "E1/mnist/K=2/rich", "--method", "FedProx", "--dp-noise", "0.8"],
+     "DP-SGD privatises plain local SGD only"),
+    (["--experiment", "E1/mnist/K=2/rich", "--method", "Ditto", "--dp-noise", "0.8"], "DP runs FedAvg, Gossip, IFCA"),
+    (["--experiment", "E1/cifar10/K=2/rich", "--method", "FedAvg", "--dp-noise", "0.8", "--fraction", "0.05"],
+     "DP-SGD cannot train its model (BatchNorm"),  # the CIFAR-10 CNN's batch norm: no per-sample gradients
 ])
 def test_bad_input_is_one_line(capsys, argv, message):
     pytest.importorskip("flwr")

@@ -41,5 +41,5 @@ def test_dp_refuses_a_job_that_carries_momentum_rather_than_resetting_it(carried
 
     job = Job(params={}, x=torch.zeros(1, 1, 2, 2, dtype=torch.uint8), y=torch.zeros(1, dtype=torch.long), s=None,
               epochs=1, seed=(0,), **carried)
-    with pytest.raises(FedcondError, match="without carry_momentum"):
+    with pytest.raises(FedcondError, match="no regulariser, custom loss or carried momentum"):
         train_private(None, job, None, None, None)

@@ -152,6 +152,12 @@ class Algorithm(Protocol):
 
     def round(self, ctx: Context, state: State, r: int) -> State: ...
 
+    def plain_jobs(self) -> bool:
+        """Is every local job it sends `Job.plain` (what DP-SGD can privatise)? Said per class, so that
+        `fedcond flower` refuses a private run up front; tests/algorithms/test_plain_jobs.py checks each
+        answer against the jobs two rounds send."""
+        return False
+
     def evaluation_context(self, ctx: Context, state: State) -> Context:
         """The context to evaluate `state` in; by default the training one (JDFL's: its expanded head)."""
         return ctx

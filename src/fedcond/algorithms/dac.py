@@ -95,6 +95,9 @@ class DAC(Algorithm):
         k = round(num_clients / self.clusters) - 1 if self.k is None else self.k
         return max(0, min(num_clients - 1, k))
 
+    def plain_jobs(self) -> bool:
+        return True
+
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
         return State(models=(ctx.init_params(self.conditioned),) * n, assignment=tuple(range(n)))
@@ -160,6 +163,9 @@ class DACLoss(Algorithm):
             raise FedcondError(f"DACLoss needs n_sampled >= 1, got {self.n_sampled}")
         if self.aggregation not in ("size", "softmax"):
             raise FedcondError(f"DACLoss aggregation must be 'size' or 'softmax', got '{self.aggregation}'")
+
+    def plain_jobs(self) -> bool:
+        return True
 
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients

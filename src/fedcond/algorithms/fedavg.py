@@ -30,6 +30,9 @@ class FedAvg(ServerOptimiser, Algorithm):
     # State.momentum holds one buffer per client (over Flower they travel with each job, as Gossip's do)
     carry_momentum: bool = False
 
+    def plain_jobs(self) -> bool:
+        return not self.carry_momentum  # carried buffers are optimiser state DP-SGD's fresh optimiser cannot take
+
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
         momentum = (None,) * n if self.carry_momentum else ()

@@ -38,6 +38,9 @@ class FedAvgFT(Algorithm):
         if self.finetune_epochs < 0:
             raise FedcondError(f"FedAvg-FT needs finetune_epochs >= 0, got {self.finetune_epochs}")
 
+    def plain_jobs(self) -> bool:
+        return True
+
     def init(self, ctx: Context) -> State:
         return FedAvg().init(ctx)
 

@@ -83,6 +83,9 @@ class Gossip(Algorithm):
         if self.weight_init not in INITS:
             raise FedcondError(f"Gossip weight_init must be {' or '.join(INITS)}, got {self.weight_init!r}")
 
+    def plain_jobs(self) -> bool:
+        return not self.carry_momentum
+
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
         if self.independent_init:

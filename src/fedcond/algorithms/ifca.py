@@ -65,6 +65,9 @@ class IFCA(Algorithm):
         if self.first_assignment not in ("loss", "random"):
             raise FedcondError(f"IFCA's first_assignment must be loss or random, got {self.first_assignment!r}")
 
+    def plain_jobs(self) -> bool:
+        return True
+
     def init(self, ctx: Context) -> State:
         models = tuple(ctx.init_params(self.conditioned, index) for index in range(self.k))  # distinct draws
         return State(models=models, assignment=(0,) * ctx.federation.num_clients)

@@ -103,6 +103,9 @@ class PeFLL(Algorithm):
             lambda: H.HyperNet(self.dim(ctx), self.hidden, self.n_hidden, shapes),
         )
 
+    def plain_jobs(self) -> bool:
+        return True  # the networks' steps are the server's; a client runs plain SGD
+
     def init(self, ctx: Context) -> State:
         build_e, build_h = self.nets(ctx)
         params = {

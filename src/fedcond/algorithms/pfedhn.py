@@ -72,6 +72,9 @@ class PFedHN(Algorithm):
         shapes = H.target_shapes(ctx.spec(False))
         return lambda: H.HyperNet(self.dim(ctx), self.hidden, self.n_hidden, shapes)
 
+    def plain_jobs(self) -> bool:
+        return True  # the hypernetwork's step is the server's; a client runs plain SGD
+
     def init(self, ctx: Context) -> State:
         n = ctx.federation.num_clients
         phi = H.seeded_params(self.builder(ctx), ctx.seed, PFEDHN)

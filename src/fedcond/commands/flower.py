@@ -165,9 +165,23 @@ def make_run(args):
         epochs=args.epochs, local_epochs=args.local_epochs, statistic=args.statistic
     )
     dp = DPConfig(args.dp_noise, args.dp_clip, args.dp_delta) if args.dp_noise is not None else None
-    if dp is not None and getattr(alg, "carry_momentum", False):  # said here, not by every client mid-round
-        raise FedcondError(f"{method}: DP-SGD builds a fresh optimiser each job, so carry_momentum cannot run under it")
-    clients = spec.build().federation.num_clients  # one SuperNode per client
+    if dp is not None and not alg.plain_jobs():  # said here, not by every client mid-round
+        private = [n for n in flower_methods() if make_algorithm(n, num_clusters=exp.k).plain_jobs()]
+        raise FedcondError(
+            f"{method}: DP-SGD privatises plain local SGD only, and this method's jobs carry a regulariser, "
+            f"a custom loss or its momentum (carry_momentum); DP runs {', '.join(private)}"
+        )
+    fed = spec.build().federation
+    clients = fed.num_clients  # one SuperNode per client
+    if dp is not None:
+        from ..flower.dp import model_refusal
+        from ..models import ModelSpec
+
+        why = model_refusal(ModelSpec(fed.input_shape, fed.num_classes).build())
+        if why is not None:
+            raise FedcondError(
+                f"{exp.name}: DP-SGD cannot train its model ({why}); the MNIST and light CNNs can (no batch norm)"
+            )
     return FlowerRun(
         spec=spec,
         method=method,

@@ -63,6 +63,11 @@ class Job:
     regulariser: "Regulariser | None" = None  # proximal / linear terms (FedProx, SCAFFOLD, FedDyn, FedDC, Ditto)
     loss_fn: Callable | None = None  # picklable (model, x, s, y) -> loss; replaces cross-entropy (FedProc, JDFL)
 
+    @property
+    def plain(self) -> bool:
+        """Plain SGD on cross-entropy from a fresh optimiser: what DP-SGD can privatise (flower/dp.py)."""
+        return self.regulariser is None and self.momentum is None and not self.keep_momentum and self.loss_fn is None
+
 
 @dataclass
 class Regulariser:

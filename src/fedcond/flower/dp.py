@@ -4,8 +4,10 @@ Why Opacus rather than Flower's DP wrappers: Flower's client-side wrapper (`Loca
 and noises the *model update* once per round (a per-client, user-level guarantee, with no
 per-sample accounting), and its central DP strategies need the server to be trusted with the
 noise. The issue asks for per-sample clipping and noise: that is DP-SGD, which Opacus implements
-(per-sample gradients, Poisson sampling, an RDP accountant) for any torch model; our CNNs have no
-batch norm, so they need no change.
+(per-sample gradients, Poisson sampling, an RDP accountant) for any torch model without batch norm.
+The MNIST CNN and the light CNN have none, so they need no change; the CIFAR-10 CNN has batch norm
+after every conv (whose per-sample gradients do not exist: it mixes the samples of a batch), so a
+private run on it is refused up front (`model_refusal`), not silently run on another model.
 
 Guarantee: sample-level (epsilon, delta)-DP for each client's training data, with respect to
 everything the client sends, accounted over all its local steps in all rounds (RDP, composed).
@@ -76,14 +78,22 @@ def _wrap_layers(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
     return swapped
 
 
+def model_refusal(model: nn.Module) -> str | None:
+    """Why Opacus cannot privatise `model` (its validator's first complaint, e.g. batch norm), or None."""
+    from opacus.validators import ModuleValidator
+
+    errors = ModuleValidator.validate(model, strict=False)
+    return str(errors[0]).split(". ")[0].rstrip(".") if errors else None
+
+
 @with_mode
 def train_private(spec, job: Job, default_sgd: SGDConfig, dp: DPConfig, context: Context) -> JobResult:
     from opacus import PrivacyEngine
 
-    if job.regulariser is not None or job.momentum is not None or job.keep_momentum or job.loss_fn is not None:
-        # keep_momentum too: a job that asks for its buffers back must not silently get fresh ones each round
+    if not job.plain:  # keep_momentum too: a job that asks for its buffers back must not get fresh ones each round
         raise FedcondError(
-            "DP-SGD runs FedAvg-style local jobs only (FedAvg, Conditional-FedAvg, without carry_momentum)"
+            "DP-SGD runs plain local SGD jobs only (no regulariser, custom loss or carried momentum: "
+            "e.g. FedAvg, Conditional-FedAvg, IFCA, without carry_momentum)"
         )
     sgd = job.sgd or default_sgd
     n = len(job.y)

@@ -1,0 +1,63 @@
+"""Each method's `plain_jobs()` (what `fedcond flower` reads to refuse a DP-SGD run up front) against the
+jobs two of its rounds actually send: a method that says plain sends only plain jobs; one that says not
+sends at least one that is not."""
+
+import pytest
+
+from fedcond_testing import tagged_dataset
+from fedcond.algorithms import make_algorithm
+from fedcond.algorithms.base import Context
+from fedcond.client_stats import client_statistics
+from fedcond.commands.flower import flower_methods
+from fedcond.engine import Job, LoopEngine, SGDConfig
+from fedcond.engine.local_sgd import Regulariser
+from fedcond.models import ModelSpec
+from fedcond.protocol import Protocol
+from fedcond.scenarios import make_scenario
+
+
+class RecordingEngine(LoopEngine):
+    def __init__(self, sgd):
+        super().__init__(sgd)
+        self.jobs: list[Job] = []
+
+    def train(self, spec, jobs):
+        self.jobs += jobs
+        return super().train(spec, jobs)
+
+
+@pytest.fixture(scope="module")
+def small():
+    data = tagged_dataset(n_train=240, n_test=80)
+    sc = make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=3, seed=0)
+    return sc, client_statistics(sc, Protocol())[1]
+
+
+@pytest.mark.parametrize("method", flower_methods() + ["FedAvg(carry_momentum=True)", "Gossip(carry_momentum=True)"])
+def test_plain_jobs_says_what_two_rounds_send(small, method):
+    sc, stats = small
+    fed = sc.federation
+    engine = RecordingEngine(SGDConfig(batch_size=16))
+    ctx = Context(
+        federation=fed,
+        plain_model=ModelSpec(fed.input_shape, fed.num_classes, 0, "concat", fed.mean, fed.std),
+        conditioned_model=ModelSpec(fed.input_shape, fed.num_classes, stats.shape[1], "concat", fed.mean, fed.std),
+        engine=engine, seed=0, stats=stats, truth=None,
+    )
+    alg = make_algorithm(method, num_clusters=2)
+    state = alg.init(ctx)
+    for r in range(2):
+        state = alg.round(ctx, state, r)
+    assert engine.jobs
+    assert all(job.plain for job in engine.jobs) == alg.plain_jobs()
+
+
+def test_a_job_is_plain_until_it_carries_anything():
+    import torch
+
+    base = dict(params={}, x=torch.zeros(1, 1, 2, 2, dtype=torch.uint8), y=torch.zeros(1, dtype=torch.long), s=None,
+                epochs=1, seed=(0,))
+    assert Job(**base).plain and Job(**base, sgd=SGDConfig(lr=0.1)).plain  # another optimiser setting is still plain
+    for extra in ({"momentum": {}}, {"keep_momentum": True}, {"regulariser": Regulariser(mu=0.1)},
+                  {"loss_fn": lambda model, x, s, y: 0}):
+        assert not Job(**base, **extra).plain
