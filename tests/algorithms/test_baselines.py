@@ -279,6 +279,28 @@ def test_ifca_first_assignment_random_draws_round_0_and_estimates_from_round_1(s
         IFCA(first_assignment="kmeans")
 
 
+def test_ifca_reports_the_last_round_its_assignment_changed(small):
+    """`last_reassignment` (in every IFCA row's extra): the last round whose assignment differs from the
+    round before's, so a row says whether freezing the clusters after R rounds would have run the same.
+    A random first draw that the round-1 E-step changes moves it to 1; a frozen run stops it."""
+    ctx = make_ctx(small)
+    for alg in (IFCA(k=2, first_assignment="random"), IFCA(k=2), IFCA(k=3, refine_rounds=1)):
+        state, history = alg.init(ctx), []
+        for r in range(4):
+            state = alg.round(ctx, state, r)
+            history.append(state.clusters)
+            changed = [q for q in range(1, r + 1) if history[q] != history[q - 1]]
+            assert state.metrics["last_reassignment"] == max(changed, default=0)
+        if alg.refine_rounds == 1:
+            assert state.metrics["last_reassignment"] == 0
+    drawn = IFCA(k=2, first_assignment="random")
+    s1 = drawn.round(ctx, drawn.init(ctx), 0)
+    s2 = drawn.round(ctx, s1, 1)
+    assert s1.clusters != s2.clusters and s2.metrics["last_reassignment"] == 1  # the E-step moved the draw
+    old = dataclasses.replace(s2, metrics={})  # resumed from a checkpoint written before the field: unknown
+    assert IFCA.last_reassignment(old, s2.clusters, 2) is None and IFCA.last_reassignment(old, s1.clusters, 2) == 2
+
+
 def test_ari_is_one_up_to_relabelling():
     assert ari([2, 2, 0, 0, 1, 1], [0, 0, 1, 1, 2, 2]) == 1.0
     assert ari([0, 1, 0, 1], [0, 0, 1, 1]) < 0.5

@@ -119,5 +119,15 @@ class IFCA(Algorithm):
             round=r + 1,
             train_loss=loss,
             clusters=choice,
-            metrics={"clusters_used": len(set(choice))},
+            metrics={"clusters_used": len(set(choice)), "last_reassignment": self.last_reassignment(state, choice, r)},
         )
+
+    @staticmethod
+    def last_reassignment(state: State, choice: tuple[int, ...], r: int) -> int | None:
+        """The last round (0-based) whose assignment differs from the round before's; round 0 sets the first.
+        A run whose value is below refine_rounds ran exactly as it would have with the clusters frozen there.
+        None: unknown (resumed from a checkpoint written before this was kept, and unchanged since)."""
+        if r == 0 or choice != state.assignment:
+            return r
+        last = state.metrics.get("last_reassignment")
+        return None if last is None else int(last)  # type: ignore[call-overload]
