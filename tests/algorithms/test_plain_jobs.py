@@ -6,14 +6,12 @@ import pytest
 
 from fedcond_testing import tagged_dataset
 from fedcond.algorithms import make_algorithm
-from fedcond.algorithms.base import Context
-from fedcond.client_stats import client_statistics
 from fedcond.commands.flower import flower_methods
 from fedcond.engine import Job, LoopEngine, SGDConfig
 from fedcond.engine.local_sgd import Regulariser
-from fedcond.models import ModelSpec
 from fedcond.protocol import Protocol
 from fedcond.scenarios import make_scenario
+from fedcond.simulate import make_context
 
 
 class RecordingEngine(LoopEngine):
@@ -29,22 +27,14 @@ class RecordingEngine(LoopEngine):
 @pytest.fixture(scope="module")
 def small():
     data = tagged_dataset(n_train=240, n_test=80)
-    sc = make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=3, seed=0)
-    return sc, client_statistics(sc, Protocol())[1]
+    return make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=3, seed=0)
 
 
 @pytest.mark.parametrize("method", flower_methods() + ["FedAvg(carry_momentum=True)", "Gossip(carry_momentum=True)"])
 def test_plain_jobs_says_what_two_rounds_send(small, method):
-    sc, stats = small
-    fed = sc.federation
     engine = RecordingEngine(SGDConfig(batch_size=16))
-    ctx = Context(
-        federation=fed,
-        plain_model=ModelSpec(fed.input_shape, fed.num_classes, 0, "concat", fed.mean, fed.std),
-        conditioned_model=ModelSpec(fed.input_shape, fed.num_classes, stats.shape[1], "concat", fed.mean, fed.std),
-        engine=engine, seed=0, stats=stats, truth=None,
-    )
     alg = make_algorithm(method, num_clusters=2)
+    ctx = make_context(small, alg, Protocol(), 0, engine)  # the simulator's context: statistics where conditioned
     state = alg.init(ctx)
     for r in range(2):
         state = alg.round(ctx, state, r)
