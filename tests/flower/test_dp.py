@@ -1,4 +1,5 @@
-"""DP-SGD (Opacus) on the clients: a private run of Conditional reports its (epsilon, delta)."""
+"""DP-SGD (Opacus) on the clients: a private run of Conditional reports its (epsilon, delta); every method
+DP accepts trains its jobs privately; a job DP cannot privatise is refused."""
 
 import numpy as np
 import pytest
@@ -43,3 +44,51 @@ def test_dp_refuses_a_job_that_carries_momentum_rather_than_resetting_it(carried
               epochs=1, seed=(0,), **carried)
     with pytest.raises(FedcondError, match="no regulariser, custom loss or carried momentum"):
         train_private(None, job, None, None, None)
+
+
+def _accepted_by_dp():
+    from fedcond.algorithms import make_algorithm
+    from fedcond.commands.flower import flower_methods
+
+    return [m for m in flower_methods() if make_algorithm(m, num_clusters=2).plain_jobs()]
+
+
+@pytest.mark.parametrize("method", _accepted_by_dp())
+def test_dp_trains_every_job_a_method_it_accepts_sends(method):
+    """`fedcond flower --dp-noise` accepts a method whose jobs are plain (Gossip, DAC, IFCA, ...): each
+    job its first round sends trains privately into finite weights of the same shapes, moved by training,
+    and the client's accountant records the steps."""
+    import torch
+    from flwr.app import Context, RecordDict
+
+    from fedcond.algorithms import make_algorithm
+    from fedcond.engine import LoopEngine, SGDConfig
+    from fedcond.flower.config import DPConfig
+    from fedcond.flower.dp import spent_epsilon, train_private
+    from fedcond.protocol import Protocol
+    from fedcond.scenarios import make_scenario
+    from fedcond.simulate import make_context
+    from fedcond_testing import tagged_dataset
+
+    sent = []
+
+    class Recording(LoopEngine):
+        def train(self, spec, jobs):
+            sent.extend((spec, job) for job in jobs)
+            return super().train(spec, jobs)
+
+    data = tagged_dataset(n_train=240, n_test=80)
+    scenario = make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=3, seed=0)
+    sgd = SGDConfig(batch_size=16)
+    alg = make_algorithm(method, num_clusters=2)
+    ctx = make_context(scenario, alg, Protocol(), 0, Recording(sgd))
+    alg.round(ctx, alg.init(ctx), 0)
+    assert sent
+    client = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    for spec, job in sent[:2]:  # two jobs: a method's jobs differ only in data and start
+        res = train_private(spec, job, sgd, DPConfig(DP_NOISE, 1.0, DP_DELTA), client)
+        assert res.params.keys() == job.params.keys() and res.steps > 0
+        assert all(res.params[k].shape == v.shape and torch.isfinite(res.params[k].float()).all()
+                   for k, v in job.params.items())
+        assert any(not torch.equal(res.params[k], v) for k, v in job.params.items())
+    assert 0 < spent_epsilon(client, DP_DELTA) < float("inf")
