@@ -28,7 +28,6 @@ def summary_lines(published: list, protocol: str | None, cells: dict, explanatio
     footnote = [""] + note[:-1] if note else []  # the README block ends without a blank line
     if not gaps:
         return lines + [f"No cell run is more than {md.GAP_PP:g} pp from its published value."] + footnote
-    unexplained = sum(g[-1].startswith(md.UNEXPLAINED) for g in gaps)
     items = []
     for table, exp, method, ours, pub, diff, why in gaps:
         reason = "unexplained" if why.startswith(md.UNEXPLAINED) else why.split(";")[0].split(":")[0]
@@ -36,7 +35,7 @@ def summary_lines(published: list, protocol: str | None, cells: dict, explanatio
     return (
         lines
         + [
-            f"Cells more than {md.GAP_PP:g} pp from the published value: {len(gaps)}; {unexplained} unexplained "
+            f"Cells more than {md.GAP_PP:g} pp from the published value: {md.gap_counts(gaps)} "
             "(explanations with their evidence: `docs/results/explanations.csv`): " + "; ".join(items) + "."
         ]
         + footnote
