@@ -103,3 +103,48 @@ def test_e3b_draws_the_same_permutations_as_before_the_helper():
     perms = label_permutations(10, 2, 0)
     assert perms[0] == tuple(range(10)) and sum(a == b for a, b in zip(*perms)) == 1
     assert [sum(a == b for a, b in zip(*label_permutations(10, 2, s))) for s in (1, 2)] == [1, 0]
+
+
+def test_ifca_readings_fit_uses_settled_per_round_runs_for_frozen_ones_and_counts_the_fits(tmp_path):
+    """A per-round run whose last reassignment came by round 4 stands for its frozen run; one that came later,
+    or that does not say, needs a frozen row of its own. Fits by hand on two seeds of one published cell."""
+    from dataclasses import dataclass, field
+
+    from fedcond import results
+    from fedcond.report.data import published_for, published_tables
+
+    @dataclass
+    class Row:  # the MethodResult fields save_run reads
+        accuracy: float
+        extra: dict
+        accuracy_std: float = 0.0
+        weighted_accuracy: float | None = None
+        per_client: list = field(default_factory=list)
+        seconds: float = 1.0
+        rounds: int = 20
+        hyperparameters: dict = field(default_factory=dict)
+
+    exp = "E3b/fmnist/K=3/rich"
+    pub = published_for(published_tables(), exp, "IFCA")
+
+    def save(db, method, seed, acc, extra):
+        con = results.connect(db)
+        results.save_run(con, family="E3b", dataset="fmnist", scenario={"family": "E3b"}, method=method, seed=seed,
+                         protocol={"epochs": 20}, result=Row(acc, extra), experiment=exp, protocol_name="paper")
+        con.close()
+
+    paper, probes = tmp_path / "paper.sqlite", tmp_path / "probes.sqlite"
+    save(paper, "IFCA", 0, pub + 0.10, {"last_reassignment": 2})  # settled: frozen is the same run
+    save(paper, "IFCA", 1, pub + 0.20, {"last_reassignment": 9})  # a late change: its frozen row counts
+    save(paper, "IFCA", 2, pub + 0.30, {})  # an old row: no frozen row, so no pair
+    save(probes, "IFCA(refine_rounds=5)", 1, pub, {})
+    run = subprocess.run([sys.executable, str(PROBES / "ifca_readings_fit.py"), "--paper", str(paper),
+                          "--probes", str(probes)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout.splitlines()
+    assert out[0] == "2 (cell, seed) pairs on 1 cells"
+    assert out[1].startswith(f"{exp} seeds [0, 1]: per round {pub + .1:.3f} {pub + .2:.3f} | frozen {pub + .1:.3f} {pub:.3f}")
+    assert out[2] == ("per round: every seed 15.0 pp; seed 0 (1 cells) 10.0 pp; cell means 15.0 pp (0 of 1 within 3 pp); "
+                      "published inside the seeds' range on 0 of 1 cells with 2+ seeds")
+    assert out[3] == ("frozen: every seed 5.0 pp; seed 0 (1 cells) 10.0 pp; cell means 5.0 pp (0 of 1 within 3 pp); "
+                      "published inside the seeds' range on 1 of 1 cells with 2+ seeds")
