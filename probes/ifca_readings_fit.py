@@ -25,7 +25,7 @@ LAST_FROZEN_ROUND = 4  # refine_rounds=5: rounds 0-4 reassign
 
 
 def runs(paper: str, probes: str) -> tuple[dict, dict]:
-    """(experiment, seed) -> accuracy, per round and frozen; a per-round run settled by round 4 fills in its frozen run."""
+    """(experiment, seed) -> accuracy, per round and frozen; a per-round run settled by round 4 is its frozen run."""
     with sqlite3.connect(f"file:{paper}?mode=ro", uri=True) as con:
         rows = con.execute(
             "SELECT experiment, seed, accuracy, extra FROM runs "
@@ -33,7 +33,8 @@ def runs(paper: str, probes: str) -> tuple[dict, dict]:
         ).fetchall()
     with sqlite3.connect(f"file:{probes}?mode=ro", uri=True) as con:
         frozen_rows = con.execute(
-            "SELECT experiment, seed, accuracy FROM runs WHERE method = ? AND status = 'ok' AND protocol_name = 'paper'",
+            "SELECT experiment, seed, accuracy FROM runs "
+            "WHERE method = ? AND status = 'ok' AND protocol_name = 'paper'",
             (FROZEN,),
         ).fetchall()
     per_round = {(e, s): a for e, s, a, _ in rows}
@@ -55,7 +56,9 @@ def fits(per_round: dict, frozen: dict) -> list[str]:
     for e in cells:
         seeds = [s for c, s in both if c == e]
         vals = {r: " ".join(f"{acc[(e, s)]:.3f}" for s in seeds) for r, acc in readings.items()}
-        lines.append(f"{e} seeds {seeds}: per round {vals['per round']} | frozen {vals['frozen']} | published {pub[e]:.3f}")
+        lines.append(
+            f"{e} seeds {seeds}: per round {vals['per round']} | frozen {vals['frozen']} | published {pub[e]:.3f}"
+        )
 
     def mean_abs(acc: dict, keys: list) -> float:
         return 100 * statistics.mean(abs(acc[k] - pub[k[0]]) for k in keys)
@@ -69,7 +72,8 @@ def fits(per_round: dict, frozen: dict) -> list[str]:
         cell_fit = 100 * statistics.mean(abs(means[e] - pub[e]) for e in cells)
         within = sum(abs(means[e] - pub[e]) <= 0.03 for e in cells)
         lines.append(
-            f"{name}: every seed {mean_abs(acc, both):.1f} pp; seed 0 ({len(seed0)} cells) {mean_abs(acc, seed0):.1f} pp; "
+            f"{name}: every seed {mean_abs(acc, both):.1f} pp; "
+            f"seed 0 ({len(seed0)} cells) {mean_abs(acc, seed0):.1f} pp; "
             f"cell means {cell_fit:.1f} pp ({within} of {len(cells)} within 3 pp); "
             f"published inside the seeds' range on {inside} of {len(ranged)} cells with 2+ seeds"
         )
