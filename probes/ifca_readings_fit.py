@@ -14,35 +14,29 @@ Usage: python probes/ifca_readings_fit.py [--paper docs/results/paper.sqlite] [-
 from __future__ import annotations
 
 import argparse
-import json
-import sqlite3
 import statistics
 
-from fedcond.report.data import published_for, published_tables
+from fedcond.algorithms import make_algorithm
+from fedcond.report.data import load_runs, published_for, published_tables
 
 FROZEN = "IFCA(refine_rounds=5)"
-LAST_FROZEN_ROUND = 4  # refine_rounds=5: rounds 0-4 reassign
 
 
 def runs(paper: str, probes: str) -> tuple[dict, dict]:
-    """(experiment, seed) -> accuracy, per round and frozen; a per-round run settled by round 4 is its frozen run."""
-    with sqlite3.connect(f"file:{paper}?mode=ro", uri=True) as con:
-        rows = con.execute(
-            "SELECT experiment, seed, accuracy, extra FROM runs "
-            "WHERE method = 'IFCA' AND status = 'ok' AND protocol_name = 'paper'"
-        ).fetchall()
-    with sqlite3.connect(f"file:{probes}?mode=ro", uri=True) as con:
-        frozen_rows = con.execute(
-            "SELECT experiment, seed, accuracy FROM runs "
-            "WHERE method = ? AND status = 'ok' AND protocol_name = 'paper'",
-            (FROZEN,),
-        ).fetchall()
-    per_round = {(e, s): a for e, s, a, _ in rows}
-    frozen = {(e, s): a for e, s, a in frozen_rows}
-    for e, s, a, extra in rows:
-        last = json.loads(extra).get("last_reassignment")
-        if (e, s) not in frozen and last is not None and last <= LAST_FROZEN_ROUND:
-            frozen[(e, s)] = a
+    """(experiment, seed) -> accuracy, per round and frozen; a per-round run settled before the frozen reading
+    stops re-estimating is its frozen run."""
+    refine_rounds = make_algorithm(FROZEN).refine_rounds
+
+    def rows(db: str, method: str) -> list[dict]:
+        return [r for r in load_runs(db) if r["method"] == method and r["protocol_name"] == "paper"]
+
+    per_round_rows = rows(paper, "IFCA")
+    per_round = {(r["experiment"], r["seed"]): r["accuracy"] for r in per_round_rows}
+    frozen = {(r["experiment"], r["seed"]): r["accuracy"] for r in rows(probes, FROZEN)}
+    for r in per_round_rows:
+        last = r["extra"].get("last_reassignment")
+        if last is not None and last < refine_rounds:
+            frozen.setdefault((r["experiment"], r["seed"]), r["accuracy"])
     return per_round, frozen
 
 
@@ -65,8 +59,8 @@ def fits(per_round: dict, frozen: dict) -> list[str]:
 
     seed0 = [k for k in both if k[1] == 0]
     for name, acc in readings.items():
-        means = {e: statistics.mean(acc[k] for k in both if k[0] == e) for e in cells}
         spread = {e: [acc[k] for k in both if k[0] == e] for e in cells}
+        means = {e: statistics.mean(v) for e, v in spread.items()}
         ranged = [e for e in cells if len(spread[e]) >= 2]
         inside = sum(min(spread[e]) - 0.005 <= pub[e] <= max(spread[e]) + 0.005 for e in ranged)
         cell_fit = 100 * statistics.mean(abs(means[e] - pub[e]) for e in cells)

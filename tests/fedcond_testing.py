@@ -71,3 +71,23 @@ class DroppingEngine(LoopEngine):
         if self.calls == self.call:
             results[self.client] = None
         return results
+
+
+class RecordingEngine(LoopEngine):
+    """The loop engine, keeping every (spec, job) it is sent: what a method's rounds ask the clients to run."""
+
+    def __init__(self, sgd):
+        super().__init__(sgd)
+        self.sent: list[tuple] = []
+
+    def train(self, spec, jobs):
+        self.sent += [(spec, job) for job in jobs]
+        return super().train(spec, jobs)
+
+
+def small_e1_scenario():
+    """E1 (two clusters of three clients) on a small tagged dataset: enough for a method's first rounds."""
+    from fedcond.scenarios import make_scenario
+
+    data = tagged_dataset(n_train=240, n_test=80)
+    return make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=3, seed=0)

@@ -4,30 +4,18 @@ sends at least one that is not."""
 
 import pytest
 
-from fedcond_testing import tagged_dataset
+from fedcond_testing import RecordingEngine, small_e1_scenario
 from fedcond.algorithms import make_algorithm
 from fedcond.commands.flower import flower_methods
-from fedcond.engine import Job, LoopEngine, SGDConfig
+from fedcond.engine import Job, SGDConfig
 from fedcond.engine.local_sgd import Regulariser
 from fedcond.protocol import Protocol
-from fedcond.scenarios import make_scenario
 from fedcond.simulate import make_context
-
-
-class RecordingEngine(LoopEngine):
-    def __init__(self, sgd):
-        super().__init__(sgd)
-        self.jobs: list[Job] = []
-
-    def train(self, spec, jobs):
-        self.jobs += jobs
-        return super().train(spec, jobs)
 
 
 @pytest.fixture(scope="module")
 def small():
-    data = tagged_dataset(n_train=240, n_test=80)
-    return make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=3, seed=0)
+    return small_e1_scenario()
 
 
 @pytest.mark.parametrize("method", flower_methods() + ["FedAvg(carry_momentum=True)", "Gossip(carry_momentum=True)"])
@@ -38,8 +26,8 @@ def test_plain_jobs_says_what_two_rounds_send(small, method):
     state = alg.init(ctx)
     for r in range(2):
         state = alg.round(ctx, state, r)
-    assert engine.jobs
-    assert all(job.plain for job in engine.jobs) == alg.plain_jobs()
+    assert engine.sent
+    assert all(job.plain for _, job in engine.sent) == alg.plain_jobs()
 
 
 def test_a_job_is_plain_until_it_carries_anything():

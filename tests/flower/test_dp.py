@@ -62,30 +62,21 @@ def test_dp_trains_every_job_a_method_it_accepts_sends(method):
     from flwr.app import Context, RecordDict
 
     from fedcond.algorithms import make_algorithm
-    from fedcond.engine import LoopEngine, SGDConfig
+    from fedcond.engine import SGDConfig
     from fedcond.flower.config import DPConfig
     from fedcond.flower.dp import spent_epsilon, train_private
     from fedcond.protocol import Protocol
-    from fedcond.scenarios import make_scenario
     from fedcond.simulate import make_context
-    from fedcond_testing import tagged_dataset
+    from fedcond_testing import RecordingEngine, small_e1_scenario
 
-    sent = []
-
-    class Recording(LoopEngine):
-        def train(self, spec, jobs):
-            sent.extend((spec, job) for job in jobs)
-            return super().train(spec, jobs)
-
-    data = tagged_dataset(n_train=240, n_test=80)
-    scenario = make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=3, seed=0)
     sgd = SGDConfig(batch_size=16)
+    engine = RecordingEngine(sgd)
     alg = make_algorithm(method, num_clusters=2)
-    ctx = make_context(scenario, alg, Protocol(), 0, Recording(sgd))
+    ctx = make_context(small_e1_scenario(), alg, Protocol(), 0, engine)
     alg.round(ctx, alg.init(ctx), 0)
-    assert sent
+    assert engine.sent
     client = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
-    for spec, job in sent[:2]:  # two jobs: a method's jobs differ only in data and start
+    for spec, job in engine.sent[:2]:  # two jobs: a method's jobs differ only in data and start
         res = train_private(spec, job, sgd, DPConfig(DP_NOISE, 1.0, DP_DELTA), client)
         assert res.params.keys() == job.params.keys() and res.steps > 0
         assert all(res.params[k].shape == v.shape and torch.isfinite(res.params[k].float()).all()
