@@ -275,8 +275,24 @@ def test_ifca_first_assignment_random_draws_round_0_and_estimates_from_round_1(s
     s2 = alg.round(ctx, s1, 1)
     assert engine.loss_calls == 1 and s2.clusters == IFCA(k=2).choose(ctx, s1.models)[0]  # by loss from round 1
     assert alg.round(ctx, s0, 0).clusters == s1.clusters  # seeded
-    with pytest.raises(FedcondError, match="first_assignment must be loss or random"):
+    with pytest.raises(FedcondError, match="first_assignment must be one of loss, random, zero"):
         IFCA(first_assignment="kmeans")
+
+
+def test_ifca_first_assignment_zero_trains_model_0_with_every_client_then_estimates(small):
+    """Round 0 is one FedAvg round on cluster model 0 (the others keep their initialisation); the
+    E-step compares that average with the untrained models from round 1."""
+    engine = CountingEngine(SGD)
+    ctx = make_ctx(small, engine=engine)
+    alg = IFCA(k=2, first_assignment="zero")
+    s0 = alg.init(ctx)
+    s1 = alg.round(ctx, s0, 0)
+    assert s1.clusters == (0,) * 6 and engine.loss_calls == 0
+    trained = replay_local(ctx, [s0.models[0]] * 6, 0)
+    assert_same(s1.models[0], weighted_average(trained, small.federation.sizes()))
+    assert_same(s1.models[1], s0.models[1])  # no client: its initialisation
+    s2 = alg.round(ctx, s1, 1)
+    assert engine.loss_calls == 1 and s2.clusters == IFCA(k=2).choose(ctx, s1.models)[0]
 
 
 def test_ifca_reports_the_last_round_its_assignment_changed(small):

@@ -25,7 +25,11 @@ E3b MNIST K=2 rich .9891; docs/choices.md). With K = 1 IFCA is FedAvg, bit for b
 uniformly at random (seeded), the E-step above runs from round 1. From random draws the clients
 of one true cluster pick the same model by loss at once (their data agree); from a random split
 each model trains on a near-even mix of every cluster, the more even the more clients there are,
-so the models start alike and may never part: IFCA then scores what FedAvg does.
+so the models start alike and may never part: IFCA then scores what FedAvg does. "zero": every
+client trains cluster model 0 in round 0 (an assignment initialised to zeros, as an implementation
+that runs the E-step after the round's update has it), the E-step from round 1. Model 0 is then one
+FedAvg round ahead of the others, untrained; a client leaves it only where that round's average
+fits its data worse than an untrained model does.
 
 The final assignment is in `State.clusters`; the simulator scores it against the true
 clusters with `simulate.ari`.
@@ -43,13 +47,14 @@ from .base import Algorithm, Context, State, aggregate, receive, send
 
 
 FIRST_DRAW = 0x1FCA  # purpose of the random stream of first_assignment="random"
+FIRST_ASSIGNMENTS = ("loss", "random", "zero")
 
 
 @dataclass(frozen=True)
 class IFCA(Algorithm):
     k: int = 2  # K, the number of cluster models: pass the true number of clusters
     refine_rounds: int | None = None  # None: every round re-estimates the clusters; R: rounds 0..R-1 only
-    first_assignment: str = "loss"  # round 0: by loss (Algorithm 1) or "random" (a seeded uniform draw)
+    first_assignment: str = "loss"  # round 0: by loss (Algorithm 1), "random" (a seeded uniform draw) or "zero"
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
@@ -62,8 +67,10 @@ class IFCA(Algorithm):
             raise FedcondError(f"IFCA needs k >= 1 cluster models, got {self.k}")
         if self.refine_rounds is not None and self.refine_rounds < 1:
             raise FedcondError(f"IFCA's refine_rounds must be None or >= 1, got {self.refine_rounds}")
-        if self.first_assignment not in ("loss", "random"):
-            raise FedcondError(f"IFCA's first_assignment must be loss or random, got {self.first_assignment!r}")
+        if self.first_assignment not in FIRST_ASSIGNMENTS:
+            raise FedcondError(
+                f"IFCA's first_assignment must be one of {', '.join(FIRST_ASSIGNMENTS)}, got {self.first_assignment!r}"
+            )
 
     def plain_jobs(self) -> bool:
         return True
@@ -91,10 +98,12 @@ class IFCA(Algorithm):
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
-        drawn = r == 0 and self.first_assignment == "random"
-        if drawn:
+        drawn = r == 0 and self.first_assignment != "loss"
+        if drawn and self.first_assignment == "random":
             rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, FIRST_DRAW]))
             choice = tuple(int(c) for c in rng.integers(0, self.k, size=n))
+        elif drawn:  # "zero"
+            choice = (0,) * n
         elif self.estimates_in(r):
             choice, _ = self.choose(ctx, state.models)
         else:
