@@ -294,7 +294,7 @@ def test_an_explanation_that_starts_unexplained_counts_as_unexplained_and_keeps_
     con.close()
     text = report_explained(tmp_path, "E1/mnist/K=2/super_sparse,FedAvg,\"unexplained: seeds 0-2 sd 4 pp\"\n")
     section = gaps_of(text)
-    assert "1 cells; 1 unexplained" in section
+    assert "1 cell; 1 unexplained" in section
     assert "**unexplained**: seeds 0-2 sd 4 pp" in section
 
 
@@ -326,7 +326,7 @@ def test_readme_summary_block_is_refilled_from_the_database_and_the_rest_kept(tm
     assert "stale table" not in text
     assert "| XI (E1 label shift) | 2 of 120 | -2.0 pp | 3.0 pp |" in text
     assert "| XIII (E2a covariate shift by subclasses) | 0 of 72 | - | - |" in text
-    assert "value: 1 cells; 1 unexplained; 0 explained by a reading other than the default" in text and "E1/mnist/K=2/super_sparse FedAvg" in text
+    assert "value: 1 cell; 1 unexplained; 0 explained by a reading other than the default" in text and "E1/mnist/K=2/super_sparse FedAvg" in text
 
 
 def test_readme_without_its_markers_or_without_a_protocol_is_one_clear_error(tmp_path):
@@ -541,3 +541,12 @@ def test_a_line_joins_only_neighbouring_levels_that_were_run():
     assert _runs([5, 10, 20, 100], levels) == [(0, 3), (3, 4)]
     assert _runs(levels, levels) == [(0, 5)]
     assert _runs([], levels) == []
+
+
+def test_an_explanations_head_is_its_first_clause_without_a_parenthesis_left_open():
+    from fedcond.report.tables import explanation_head
+
+    assert explanation_head("seed spread: seeds 0-2 give .9") == "seed spread"
+    assert explanation_head("Reading of the loader (issue 40; dropped, seed 0): .85") == "Reading of the loader"
+    assert explanation_head("reading of Ditto's epochs (issue 40): .73") == "reading of Ditto's epochs (issue 40)"
+    assert explanation_head("the grouping (FMNIST (K=5)); more") == "the grouping (FMNIST (K=5))"

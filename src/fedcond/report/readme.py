@@ -30,12 +30,12 @@ def summary_lines(published: list, protocol: str | None, cells: dict, explanatio
         return lines + [f"No cell run is more than {md.GAP_PP:g} pp from its published value."] + footnote
     items = []
     for table, exp, method, ours, pub, diff, why in gaps:
-        reason = "unexplained" if why.startswith(md.UNEXPLAINED) else why.split(";")[0].split(":")[0]
+        reason = "unexplained" if why.startswith(md.UNEXPLAINED) else md.explanation_head(why)
         items.append(f"{exp} {method} {ours} against {pub} ({diff}; {reason})")
     return (
         lines
         + [
-            f"Cells more than {md.GAP_PP:g} pp from the published value: {md.gap_counts(gaps)} "
+            f"More than {md.GAP_PP:g} pp from the published value: {md.gap_counts(gaps)} "
             "(explanations with their evidence: `docs/results/explanations.csv`): " + "; ".join(items) + "."
         ]
         + footnote

@@ -8,6 +8,7 @@ difference is ours minus published, in percentage points (pp).
 
 from __future__ import annotations
 
+import re
 import statistics
 
 from ..experiments import EXPERIMENTS
@@ -258,7 +259,25 @@ def gap_counts(rows: list[list[str]]) -> str:
     probe under another reading matches (or brackets) the published value, which the default does not."""
     unexplained = sum(r[-1].startswith(UNEXPLAINED) for r in rows)
     by_reading = sum(r[-1].lower().startswith("reading") for r in rows)
-    return f"{len(rows)} cells; {unexplained} unexplained; {by_reading} explained by a reading other than the default"
+    cells = f"{len(rows)} cell" + ("" if len(rows) == 1 else "s")
+    return f"{cells}; {unexplained} unexplained; {by_reading} explained by a reading other than the default"
+
+
+def explanation_head(why: str) -> str:
+    """An explanation's first clause, for one-line lists: up to its first ';' or ':', less a parenthesis
+    that the cut leaves open ("Reading of the loader (issue 40; ..." gives "Reading of the loader")."""
+    head = re.split("[;:]", why, maxsplit=1)[0]
+    depth, cut = 0, len(head)
+    for i, ch in enumerate(head):
+        if ch == "(":
+            if depth == 0:
+                cut = i
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                cut = len(head)
+    return head[:cut].rstrip() if depth else head.rstrip()
 
 
 def gap_rows(published: list, protocol: str | None, cells: dict, explanations: dict) -> list[list[str]]:
