@@ -28,13 +28,15 @@ class Enough(Exception):
     """Raised from the round callback once the traced rounds are done."""
 
 
-def trace(experiment: str, protocol: str, seed: int, rounds: int, data_dir=None) -> dict:
+def trace(experiment: str, protocol: str, seed: int, rounds: int, data_dir=None, method: str = "IFCA") -> dict:
     exp = X.select(experiment)[0]
     proto, fraction = X.protocol(protocol)
     scenario = exp.spec(seed, data_dir, fraction, **X.scenario_options(protocol)).build()
     truth = scenario.truth.cluster
     k = len(scenario.truth.cluster_names)
     out = {"experiment": experiment, "protocol": protocol, "seed": seed, "k": k, "rounds": []}
+    if method != "IFCA":
+        out["method"] = method
     start = time.perf_counter()
 
     def on_round(r, state):
@@ -48,7 +50,7 @@ def trace(experiment: str, protocol: str, seed: int, rounds: int, data_dir=None)
             raise Enough
 
     try:
-        run_method(scenario, "IFCA", proto, seed, on_round=on_round, data_dir=data_dir)
+        run_method(scenario, method, proto, seed, on_round=on_round, data_dir=data_dir)
     except Enough:
         pass
     out["seconds"] = round(time.perf_counter() - start, 1)
@@ -62,13 +64,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--method", default="IFCA", help="IFCA with its options, e.g. 'IFCA(weight_init=glorot)'")
     ap.add_argument("--out", default=None, help="append each trace as a JSON line here")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     for experiment in args.experiments.split(","):
         for protocol in args.protocols.split(";"):
             for seed in (int(s) for s in args.seeds.split(",")):
-                line = json.dumps(trace(experiment, protocol, seed, args.rounds, args.data_dir))
+                line = json.dumps(trace(experiment, protocol, seed, args.rounds, args.data_dir, args.method))
                 print(line, flush=True)
                 if args.out:
                     with open(args.out, "a") as f:

@@ -137,3 +137,18 @@ def test_gossip_glorot_init_draws_kerass_defaults_independently_per_client():
     assert all(torch.equal(m[layers[0]], shared[0][layers[0]]) for m in shared)
     with pytest.raises(FedcondError, match="Gossip weight_init must be torch or glorot"):
         make_algorithm("Gossip(weight_init=he)")
+
+
+def test_ifca_glorot_init_draws_each_cluster_model_as_gossip_draws_that_client(digits):
+    """IFCA(weight_init=glorot): cluster model k is drawn from the stream Gossip uses for client k (one
+    module, `algorithms/weight_init.py`); torch, the default, leaves the layer defaults untouched."""
+    alg = make_algorithm("IFCA(k=2,weight_init=glorot)")
+    ctx = make_context(digits, alg, PROTOCOL, 0)
+    models = alg.init(ctx).models
+    gossip = make_algorithm("Gossip(weight_init=glorot)").init(ctx).models
+    assert all(torch.equal(models[k][name], gossip[k][name]) for k in range(2) for name in models[k])
+    plain = make_algorithm("IFCA(k=2)").init(ctx).models
+    assert all(torch.equal(plain[k][name], ctx.init_params(False, k)[name]) for k in range(2) for name in plain[k])
+    assert any(not torch.equal(models[0][name], plain[0][name]) for name in models[0])
+    with pytest.raises(FedcondError, match="IFCA's weight_init must be torch or glorot"):
+        make_algorithm("IFCA(weight_init=he)")

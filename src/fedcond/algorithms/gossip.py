@@ -30,37 +30,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import math
-
 import numpy as np
-import torch
 
 from ..engine import weighted_average
 from ..errors import FedcondError
+from .weight_init import INITS, draw_weights
 from .base import Algorithm, Context, State, aggregate, carried_momentum
 
 PAIRING = 0x6055  # purpose of the random stream that draws each round's pairs
-GLOROT = 0x6107  # purpose of the random stream that draws weight_init="glorot" weights
-INITS = ("torch", "glorot")
-
-
-def glorot_params(params: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
-    """Keras's default initialisation of a conv/linear network's weights: every weight of 2 or more
-    dimensions ~ U(+-sqrt(6 / (fan_in + fan_out))), fan_in = in_channels x kernel area, fan_out =
-    out_channels x kernel area; the biases of those layers 0; everything else (batch norm's scale
-    and shift, running statistics, counters) as given."""
-    g = torch.Generator().manual_seed(seed)
-    out = dict(params)
-    for name, t in params.items():
-        if not t.is_floating_point() or t.dim() < 2:
-            continue
-        area = math.prod(t.shape[2:])
-        bound = math.sqrt(6.0 / (t.shape[1] * area + t.shape[0] * area))
-        out[name] = (torch.rand(t.shape, generator=g, dtype=torch.float64) * 2 - 1).mul(bound).to(t.dtype)
-        bias = name[: -len("weight")] + "bias" if name.endswith("weight") else None
-        if bias in params:
-            out[bias] = torch.zeros_like(params[bias])
-    return out
 
 
 def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int, int], ...]:
@@ -95,11 +72,7 @@ class Gossip(Algorithm):
         return State(models=models, assignment=tuple(range(n)), momentum=(None,) * n)
 
     def _draw(self, ctx: Context, i: int):
-        params = ctx.init_params(self.conditioned, i)
-        if self.weight_init == "glorot":
-            seed = int(np.random.SeedSequence([ctx.seed, GLOROT, i]).generate_state(1)[0])
-            params = glorot_params(params, seed)
-        return params
+        return draw_weights(ctx.init_params(self.conditioned, i), self.weight_init, ctx.seed, i)
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients

@@ -31,6 +31,11 @@ that runs the E-step after the round's update has it), the E-step from round 1. 
 FedAvg round ahead of the others, untrained; a client leaves it only where that round's average
 fits its data worse than an untrained model does.
 
+`weight_init` (issue 40) draws the K models as Keras would ("glorot": Glorot-uniform weights, zero
+biases; `algorithms/weight_init.py`) instead of PyTorch's layer defaults ("torch", the default). The
+first E-step compares untrained models, so how far apart their outputs start decides how much a
+client's data, rather than the draw, picks its model.
+
 The final assignment is in `State.clusters`; the simulator scores it against the true
 clusters with `simulate.ari`.
 """
@@ -44,6 +49,7 @@ import numpy as np
 
 from ..errors import FedcondError
 from .base import Algorithm, Context, State, aggregate, receive, send
+from .weight_init import INITS, draw_weights
 
 
 FIRST_DRAW = 0x1FCA  # purpose of the random stream of first_assignment="random"
@@ -55,6 +61,7 @@ class IFCA(Algorithm):
     k: int = 2  # K, the number of cluster models: pass the true number of clusters
     refine_rounds: int | None = None  # None: every round re-estimates the clusters; R: rounds 0..R-1 only
     first_assignment: str = "loss"  # round 0: by loss (Algorithm 1), "random" (a seeded uniform draw) or "zero"
+    weight_init: str = "torch"  # how the K models are drawn: torch (layer defaults) or glorot (Keras's)
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
@@ -72,11 +79,17 @@ class IFCA(Algorithm):
                 f"IFCA's first_assignment must be one of {', '.join(FIRST_ASSIGNMENTS)}, got {self.first_assignment!r}"
             )
 
+        if self.weight_init not in INITS:
+            raise FedcondError(f"IFCA's weight_init must be {' or '.join(INITS)}, got {self.weight_init!r}")
+
     def plain_jobs(self) -> bool:
         return True
 
     def init(self, ctx: Context) -> State:
-        models = tuple(ctx.init_params(self.conditioned, index) for index in range(self.k))  # distinct draws
+        models = tuple(  # distinct draws
+            draw_weights(ctx.init_params(self.conditioned, index), self.weight_init, ctx.seed, index)
+            for index in range(self.k)
+        )
         return State(models=models, assignment=(0,) * ctx.federation.num_clients)
 
     def estimates_in(self, r: int) -> bool:
