@@ -33,8 +33,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..engine import weighted_average
-from ..errors import FedcondError
-from .weight_init import INITS, draw_weights
+from .weight_init import check_weight_init, draw_weights
 from .base import Algorithm, Context, State, aggregate, carried_momentum
 
 PAIRING = 0x6055  # purpose of the random stream that draws each round's pairs
@@ -57,8 +56,7 @@ class Gossip(Algorithm):
     federated: ClassVar[bool] = True
 
     def __post_init__(self):
-        if self.weight_init not in INITS:
-            raise FedcondError(f"Gossip weight_init must be {' or '.join(INITS)}, got {self.weight_init!r}")
+        check_weight_init("Gossip", self.weight_init)
 
     def plain_jobs(self) -> bool:
         return not self.carry_momentum

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import FedcondError
 from .base import Algorithm, Context, State, aggregate, receive, send
-from .weight_init import INITS, draw_weights
+from .weight_init import check_weight_init, draw_weights
 
 
 FIRST_DRAW = 0x1FCA  # purpose of the random stream of first_assignment="random"
@@ -78,9 +78,7 @@ class IFCA(Algorithm):
             raise FedcondError(
                 f"IFCA's first_assignment must be one of {', '.join(FIRST_ASSIGNMENTS)}, got {self.first_assignment!r}"
             )
-
-        if self.weight_init not in INITS:
-            raise FedcondError(f"IFCA's weight_init must be {' or '.join(INITS)}, got {self.weight_init!r}")
+        check_weight_init("IFCA's", self.weight_init)
 
     def plain_jobs(self) -> bool:
         return True
@@ -109,14 +107,18 @@ class IFCA(Algorithm):
                 ctx.traffic.forwarded(i, len(models) * ctx.federation.clients[i].n_train)
         return tuple(int(c) for c in np.argmin(losses, axis=1)), losses
 
+    def first_draw(self, ctx: Context, n: int) -> tuple[int, ...]:
+        """Round 0's assignment where it is not by loss: every client on model 0, or a seeded uniform draw."""
+        if self.first_assignment == "zero":
+            return (0,) * n
+        rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, FIRST_DRAW]))
+        return tuple(int(c) for c in rng.integers(0, self.k, size=n))
+
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
         drawn = r == 0 and self.first_assignment != "loss"
-        if drawn and self.first_assignment == "random":
-            rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, FIRST_DRAW]))
-            choice = tuple(int(c) for c in rng.integers(0, self.k, size=n))
-        elif drawn:  # "zero"
-            choice = (0,) * n
+        if drawn:
+            choice = self.first_draw(ctx, n)
         elif self.estimates_in(r):
             choice, _ = self.choose(ctx, state.models)
         else:

@@ -9,8 +9,16 @@ import math
 import numpy as np
 import torch
 
+from ..errors import FedcondError
+
 GLOROT = 0x6107  # purpose of the random stream that draws weight_init="glorot" weights
 INITS = ("torch", "glorot")
+
+
+def check_weight_init(owner: str, weight_init: str) -> None:
+    """One line naming the accepted draws, for a method's `weight_init` (`owner`: how its message names it)."""
+    if weight_init not in INITS:
+        raise FedcondError(f"{owner} weight_init must be {' or '.join(INITS)}, got {weight_init!r}")
 
 
 def glorot_params(params: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:

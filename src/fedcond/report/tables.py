@@ -267,17 +267,13 @@ def explanation_head(why: str) -> str:
     """An explanation's first clause, for one-line lists: up to its first ';' or ':', less a parenthesis
     that the cut leaves open ("Reading of the loader (issue 40; ..." gives "Reading of the loader")."""
     head = re.split("[;:]", why, maxsplit=1)[0]
-    depth, cut = 0, len(head)
+    unclosed: list[int] = []  # where each "(" still open opened
     for i, ch in enumerate(head):
         if ch == "(":
-            if depth == 0:
-                cut = i
-            depth += 1
-        elif ch == ")" and depth:
-            depth -= 1
-            if depth == 0:
-                cut = len(head)
-    return head[:cut].rstrip() if depth else head.rstrip()
+            unclosed.append(i)
+        elif ch == ")" and unclosed:
+            unclosed.pop()
+    return head[: unclosed[0] if unclosed else len(head)].rstrip()
 
 
 def gap_rows(published: list, protocol: str | None, cells: dict, explanations: dict) -> list[list[str]]:
