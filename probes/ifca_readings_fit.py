@@ -46,7 +46,7 @@ def fits(per_round: dict, frozen: dict) -> list[str]:
     both = sorted(k for k in frozen if k in per_round and pub.get(k[0]) is not None)
     cells = sorted({e for e, _ in both})
     readings = {"per round": per_round, "frozen": frozen}
-    lines = [f"{len(both)} (cell, seed) pairs on {len(cells)} cells"]
+    lines = [f"{len(both)} (cell, seed) pair{'' if len(both) == 1 else 's'} on {len(cells)} cell{'' if len(cells) == 1 else 's'}"]
     for e in cells:
         seeds = [s for c, s in both if c == e]
         vals = {r: " ".join(f"{acc[(e, s)]:.3f}" for s in seeds) for r, acc in readings.items()}
@@ -67,7 +67,7 @@ def fits(per_round: dict, frozen: dict) -> list[str]:
         within = sum(abs(means[e] - pub[e]) <= 0.03 for e in cells)
         lines.append(
             f"{name}: every seed {mean_abs(acc, both):.1f} pp; "
-            f"seed 0 ({len(seed0)} cells) {mean_abs(acc, seed0):.1f} pp; "
+            f"seed 0 ({len(seed0)} cell{'' if len(seed0) == 1 else 's'}) {mean_abs(acc, seed0):.1f} pp; "
             f"cell means {cell_fit:.1f} pp ({within} of {len(cells)} within 3 pp); "
             f"published inside the seeds' range on {inside} of {len(ranged)} cells with 2+ seeds"
         )

@@ -2,6 +2,7 @@
 
 import os
 import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -91,3 +92,17 @@ def small_e1_scenario():
 
     data = tagged_dataset(n_train=240, n_test=80)
     return make_scenario("E1", "mnist", lambda n: data, k=2, clients_per_cluster=3, seed=0)
+
+
+@dataclass
+class FakeResult:
+    """The MethodResult fields results.save_run reads: a row for a test database without training."""
+
+    accuracy: float
+    accuracy_std: float = 0.01
+    weighted_accuracy: float | None = None
+    per_client: list = field(default_factory=lambda: [0.9, 0.8])
+    seconds: float = 1.0
+    rounds: int = 1
+    hyperparameters: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)

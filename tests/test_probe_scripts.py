@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedcond_testing import shared_file
+from fedcond_testing import FakeResult, shared_file
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"
 
@@ -27,10 +27,11 @@ def test_ifca_first_rounds_traces_each_round_and_appends_a_json_line(tmp_path):
     assert run.stdout.strip().splitlines() == out_file.read_text().strip().splitlines()
 
 
-def _jpeg_cost_module():
+def _probe_module(name: str):
+    """A probe script imported as a module (probes/ is no package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("jpeg_cost", PROBES / "jpeg_cost.py")
+    spec = importlib.util.spec_from_file_location(name, PROBES / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -48,7 +49,7 @@ def _official_batch(pixels, labels) -> bytes:
 def test_jpeg_cost_reads_a_cut_official_batch_without_unpickling_and_matches_its_images(tmp_path):
     import numpy as np
 
-    jc = _jpeg_cost_module()
+    jc = _probe_module("jpeg_cost")
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 10, 10_000).tolist()
     planar = rng.integers(0, 256, (40, 3, 32, 32), dtype=np.uint8)  # the first 40 images' rows (R, G, B planes)
@@ -108,21 +109,8 @@ def test_e3b_draws_the_same_permutations_as_before_the_helper():
 def test_ifca_readings_fit_uses_settled_per_round_runs_for_frozen_ones_and_counts_the_fits(tmp_path):
     """A per-round run whose last reassignment came by round 4 stands for its frozen run; one that came later,
     or that does not say, needs a frozen row of its own. Fits by hand on two seeds of one published cell."""
-    from dataclasses import dataclass, field
-
     from fedcond import results
     from fedcond.report.data import published_for, published_tables
-
-    @dataclass
-    class Row:  # the MethodResult fields save_run reads
-        accuracy: float
-        extra: dict
-        accuracy_std: float = 0.0
-        weighted_accuracy: float | None = None
-        per_client: list = field(default_factory=list)
-        seconds: float = 1.0
-        rounds: int = 20
-        hyperparameters: dict = field(default_factory=dict)
 
     exp = "E3b/fmnist/K=3/rich"
     pub = published_for(published_tables(), exp, "IFCA")
@@ -130,7 +118,7 @@ def test_ifca_readings_fit_uses_settled_per_round_runs_for_frozen_ones_and_count
     def save(db, method, seed, acc, extra):
         con = results.connect(db)
         results.save_run(con, family="E3b", dataset="fmnist", scenario={"family": "E3b"}, method=method, seed=seed,
-                         protocol={"epochs": 20}, result=Row(acc, extra), experiment=exp, protocol_name="paper")
+                         protocol={"epochs": 20}, result=FakeResult(acc, extra=extra), experiment=exp, protocol_name="paper")
         con.close()
 
     paper, probes = tmp_path / "paper.sqlite", tmp_path / "probes.sqlite"
@@ -142,9 +130,29 @@ def test_ifca_readings_fit_uses_settled_per_round_runs_for_frozen_ones_and_count
                           "--probes", str(probes)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     out = run.stdout.splitlines()
-    assert out[0] == "2 (cell, seed) pairs on 1 cells"
+    assert out[0] == "2 (cell, seed) pairs on 1 cell"
     assert out[1].startswith(f"{exp} seeds [0, 1]: per round {pub + .1:.3f} {pub + .2:.3f} | frozen {pub + .1:.3f} {pub:.3f}")
-    assert out[2] == ("per round: every seed 15.0 pp; seed 0 (1 cells) 10.0 pp; cell means 15.0 pp (0 of 1 within 3 pp); "
+    assert out[2] == ("per round: every seed 15.0 pp; seed 0 (1 cell) 10.0 pp; cell means 15.0 pp (0 of 1 within 3 pp); "
                       "published inside the seeds' range on 0 of 1 cells with 2+ seeds")
-    assert out[3] == ("frozen: every seed 5.0 pp; seed 0 (1 cells) 10.0 pp; cell means 5.0 pp (0 of 1 within 3 pp); "
+    assert out[3] == ("frozen: every seed 5.0 pp; seed 0 (1 cell) 10.0 pp; cell means 5.0 pp (0 of 1 within 3 pp); "
                       "published inside the seeds' range on 1 of 1 cells with 2+ seeds")
+
+
+def test_federated_ceiling_keeps_one_true_cluster_and_appends_its_score(tmp_path):
+    shared_file("mnist.npz.xz")
+    from fedcond import experiments as X
+
+    fc = _probe_module("federated_ceiling")
+    scenario = X.select("E3b/mnist/K=2/rich")[0].spec(0, None, X.protocol("smoke")[1]).build()
+    sub = fc.cluster_scenario(scenario, 1)
+    members = [c for c, k in zip(scenario.federation.clients, scenario.truth.cluster) if k == 1]
+    assert sub.federation.clients == tuple(members) and len(members) == 5  # the same objects, in order
+    assert sub.truth.cluster.tolist() == [0] * 5 and sub.truth.cluster_names == (scenario.truth.cluster_names[1],)
+    out_file = tmp_path / "ceiling.jsonl"
+    args = ["--experiment", "E3b/mnist/K=2/rich", "--method", "FedAvg", "--protocol", "smoke", "--clusters", "1",
+            "--out", str(out_file)]
+    run = subprocess.run([sys.executable, str(PROBES / "federated_ceiling.py"), *args], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    (line,) = [json.loads(t) for t in out_file.read_text().splitlines()]
+    assert line["cluster"] == scenario.truth.cluster_names[1] and line["clients"] == 5 and 0 <= line["accuracy"] <= 1

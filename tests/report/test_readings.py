@@ -12,6 +12,7 @@ from fedcond.cli import main
 from fedcond.report import paper_results, write_report
 from fedcond.report.data import published_tables
 from fedcond.report.readings import candidates, dead_level, readings_section
+from fedcond_testing import FakeResult
 
 CELL = "E1/mnist/K=2/super_sparse"
 PUBLISHED = {r["method"]: r["accuracy"] for r in paper_results() if (r["table"], r["setting"], r["dataset"]) ==
@@ -73,8 +74,6 @@ def _db(path, method: str, accuracy: float, protocol: str = "paper") -> None:
     results.save_run(con, family="E1", dataset="mnist", scenario={"family": "E1"}, method=method, seed=1,
                      protocol={"epochs": 1}, result=None, experiment=CELL, protocol_name=protocol,
                      status="failed", error="x")  # a failed row is never a reading
-    from tests.report.test_report import FakeResult
-
     results.save_run(con, family="E1", dataset="mnist", scenario={"family": "E1"}, method=method, seed=0,
                      protocol={"epochs": 1}, result=FakeResult(accuracy), experiment=CELL, protocol_name=protocol)
     con.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sqlite3
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -15,18 +14,7 @@ import pytest
 from fedcond import results
 from fedcond.errors import FedcondError
 from fedcond.report import load_failed, load_runs, paper_results, write_report
-
-
-@dataclass
-class FakeResult:  # the MethodResult fields save_run reads
-    accuracy: float
-    accuracy_std: float = 0.01
-    weighted_accuracy: float | None = None
-    per_client: list = field(default_factory=lambda: [0.9, 0.8])
-    seconds: float = 1.0
-    rounds: int = 1
-    hyperparameters: dict = field(default_factory=dict)
-    extra: dict = field(default_factory=dict)
+from fedcond_testing import FakeResult
 
 
 def save(con, experiment: str, method: str, seed: int, accuracy: float | None, protocol: str = "paper",
