@@ -407,6 +407,13 @@ def test_newcomers_summary_says_who_wins_where_and_the_deployable_gap_to_oracle(
     assert ("- Conditional-FedAvg against Oracle, seen: within 1.5 pp on 1 of 2 configuration(s); mean -3.2 pp, "
             "worst -6.0 pp on E3b/mnist/K=2/super_sparse (class_means).") in section
     assert "- Conditional-FedAvg against Oracle, unseen: within 1.5 pp on 1 of 2" in section
+    # its losses to a rival, as plainly: Ditto beats it on both configurations seen, nobody unseen
+    assert ("- Conditional-FedAvg below a rival, seen: on 2 of 2 configuration(s): Ditto on "
+            "E3b/mnist/K=2/super_sparse by 2.0 pp; Ditto on E3b/mnist/K=2/rich by 0.5 pp.") in section
+    assert "- Conditional-FedAvg below a rival, unseen: on none of 2 configuration(s)." in section
+    from fedcond.report.tables import _margin
+
+    assert _margin(0.0003) == "less than 0.1 pp" and _margin(0.0006) == "0.1 pp"  # never "by 0.0 pp"
 
 
 def test_wall_time_per_configuration_names_the_cpu(tmp_path):

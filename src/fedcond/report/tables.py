@@ -479,7 +479,37 @@ def newcomers_summary(groups: dict[tuple, list[dict]], within: float = 0.015) ->
                 f"configuration(s); mean {pp(statistics.fmean(g for g, _, _ in gaps))}, worst "
                 f"{pp(worst[0])} on {worst[1]} ({worst[2]})."
             )
+            lines.append(_losses_to_rivals(m, which, index, configs))
     return lines
+
+
+def _margin(d: float) -> str:
+    return f"{100 * d:.1f} pp" if d >= 0.0005 else "less than 0.1 pp"  # never "by 0.0 pp"
+
+
+NOT_RIVALS = ("Oracle", "Conditional")  # the ceiling and the method's own forms (pooled, deployable)
+
+
+def _losses_to_rivals(m: str, which: str, index: int, configs: dict) -> str:
+    """Where the deployable Conditional `m` scores below a rival (a method other than Oracle and the
+    Conditionals), with the best such rival and by how much: its losses said as plainly as its gap."""
+    losses = []
+    for (exp, _), v in configs.items():
+        mine = v[m][index] if m in v else None
+        rivals = {r: s[index] for r, s in v.items() if s[index] is not None and not r.startswith(NOT_RIVALS)}
+        if mine is None or not rivals:
+            continue
+        best = min(rivals, key=lambda r: (-rivals[r], method_order(r)))  # ties: the paper's order
+        if rivals[best] > mine:
+            losses.append((mine - rivals[best], exp, best))
+    compared = sum(1 for v in configs.values() if m in v and v[m][index] is not None)
+    if not losses:
+        return f"- {m} below a rival, {which}: on none of {compared} configuration(s)."
+    return (
+        f"- {m} below a rival, {which}: on {len(losses)} of {compared} configuration(s): "
+        + "; ".join(f"{r} on {exp} by {_margin(-g)}" for g, exp, r in sorted(losses))
+        + "."
+    )
 
 
 def newcomers_section(ok: list[dict]) -> list[str]:
