@@ -156,3 +156,17 @@ def test_federated_ceiling_keeps_one_true_cluster_and_appends_its_score(tmp_path
     assert run.returncode == 0, run.stderr
     (line,) = [json.loads(t) for t in out_file.read_text().splitlines()]
     assert line["cluster"] == scenario.truth.cluster_names[1] and line["clients"] == 5 and 0 <= line["accuracy"] <= 1
+
+
+def test_round_trace_prints_each_round_then_the_result(tmp_path):
+    shared_file("mnist.npz.xz")
+    out_file = tmp_path / "trace.jsonl"
+    args = ["--experiment", "E1/mnist/K=2/rich", "--method", "FedAvg(server_opt=momentum)", "--protocol", "smoke",
+            "--rounds", "2", "--out", str(out_file)]
+    run = subprocess.run([sys.executable, str(PROBES / "round_trace.py"), *args], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr
+    lines = [json.loads(t) for t in out_file.read_text().splitlines()]
+    assert [t.get("round") for t in lines] == [0, 1, None] and lines[-1]["rounds"] == 2
+    assert lines[0]["step_norm"] is None and lines[1]["step_norm"] > 0 and lines[1]["weight_norm"] > 0
+    assert run.stdout.strip().splitlines() == out_file.read_text().strip().splitlines()
