@@ -20,7 +20,6 @@ training that really keeps the buffers per client.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -30,6 +29,7 @@ import torch
 from fedcond import experiments as X
 from fedcond.engine import LoopEngine, SGDConfig, batch_order, clone_params, predict
 from fedcond.simulate import accuracies, run_method
+from probe_output import emit  # probes/ is on the path when a probe runs as a script
 
 BUFFERS = ("running_mean", "running_var")
 
@@ -117,11 +117,7 @@ def main(argv=None) -> int:
         out[name] = evaluate(fed, model, states, train_mode)
     if args.check:
         out["check_max_abs_diff"] = _check(scenario, args, proto, local)
-    line = json.dumps(out)
-    print(line)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(line + "\n")
+    emit(out, args.out)
     return 0
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 
@@ -26,6 +25,7 @@ import torch
 from fedcond import experiments as X
 from fedcond.scenarios.federation import GroundTruth, Scenario
 from fedcond.simulate import run_method
+from probe_output import emit  # probes/ is on the path when a probe runs as a script
 
 
 def cluster_scenario(scenario: Scenario, k: int) -> Scenario:
@@ -55,16 +55,12 @@ def main(argv=None) -> int:
         sub = cluster_scenario(scenario, k)
         start = time.perf_counter()
         res = run_method(sub, args.method, proto, args.seed, data_dir=args.data_dir)
-        line = json.dumps({
+        emit({
             "experiment": args.experiment, "method": args.method, "protocol": args.protocol, "seed": args.seed,
             "cluster": scenario.truth.cluster_names[k], "clients": sub.federation.num_clients,
             "accuracy": res.accuracy, "weighted_accuracy": res.weighted_accuracy, "rounds": res.rounds,
             "traffic": res.extra.get("traffic"), "seconds": round(time.perf_counter() - start, 1),
-        })
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        }, args.out)
     return 0
 
 

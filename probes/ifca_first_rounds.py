@@ -14,7 +14,6 @@ clients each cluster model serves and the ARI against the true clusters.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -22,6 +21,7 @@ import torch
 
 from fedcond import experiments as X
 from fedcond.simulate import ari, run_method
+from probe_output import emit  # probes/ is on the path when a probe runs as a script
 
 
 class Enough(Exception):
@@ -71,11 +71,7 @@ def main(argv=None) -> int:
     for experiment in args.experiments.split(","):
         for protocol in args.protocols.split(";"):
             for seed in (int(s) for s in args.seeds.split(",")):
-                line = json.dumps(trace(experiment, protocol, seed, args.rounds, args.data_dir, args.method))
-                print(line, flush=True)
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(line + "\n")
+                emit(trace(experiment, protocol, seed, args.rounds, args.data_dir, args.method), args.out)
     return 0
 
 

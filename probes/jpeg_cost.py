@@ -25,7 +25,6 @@ Local's per-client size in E1 K=2 rich; Oracle trains on five times more).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from fedcond.engine import Job, LoopEngine, SGDConfig, predict
 from fedcond.models.cpu_kernels.build import cpu_model, vector_isa
 from fedcond.models.spec import ModelSpec
 from fedcond.scenarios.groupings import E1_SEMANTIC
+from probe_output import emit  # probes/ is on the path when a probe runs as a script
 
 PIXELS = 30_720_000  # 10,000 images x 3,072 bytes: the length of every batch's pixel string
 BINSTRING = b"T" + PIXELS.to_bytes(4, "little")  # pickle protocol 2's BINSTRING opcode and length
@@ -147,9 +147,7 @@ def main() -> None:
                     pred = predict(model, models[arm], tensor(x), None)
                     row[f"acc_{arm}_on_{kind}"] = float((pred == y_te).float().mean())
             row["cost_pp"] = round(100 * (row["acc_lossless_on_lossless"] - row["acc_jpeg_on_jpeg"]), 2)
-            print(json.dumps(row), flush=True)
-            with a.out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            emit(row, a.out)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ its error as the last line. `--rounds` stops early (the protocol's epochs are se
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -23,6 +22,7 @@ import torch
 from fedcond import experiments as X
 from fedcond.errors import FedcondError
 from fedcond.simulate import run_method
+from probe_output import emit  # probes/ is on the path when a probe runs as a script
 
 
 def norm(params: dict) -> float:
@@ -45,27 +45,23 @@ def main(argv=None) -> int:
     scenario = X.select(args.experiment)[0].spec(args.seed, None, fraction).build()
     start, before = time.perf_counter(), {}
 
-    def emit(line: dict) -> None:
-        text = json.dumps({"experiment": args.experiment, "method": args.method, **line})
-        print(text, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(text + "\n")
+    def record(line: dict) -> None:
+        emit({"experiment": args.experiment, "method": args.method, **line}, args.out)
 
     def on_round(r, state):
         w = state.models[0]
         step = norm({k: w[k] - before[k] for k in w}) if before else None
         before.clear()
         before.update({k: v.clone() for k, v in w.items()})
-        emit({"round": r, "train_loss": state.train_loss, "step_norm": step, "weight_norm": norm(w),
+        record({"round": r, "train_loss": state.train_loss, "step_norm": step, "weight_norm": norm(w),
               "seconds": round(time.perf_counter() - start)})
 
     try:
         res = run_method(scenario, args.method, proto, args.seed, on_round=on_round)
     except FedcondError as e:  # a divergence is a result here
-        emit({"error": str(e)})
+        record({"error": str(e)})
         return 0
-    emit({"accuracy": res.accuracy, "rounds": res.rounds})
+    record({"accuracy": res.accuracy, "rounds": res.rounds})
     return 0
 
 

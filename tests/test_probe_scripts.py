@@ -28,8 +28,12 @@ def test_ifca_first_rounds_traces_each_round_and_appends_a_json_line(tmp_path):
 
 
 def _probe_module(name: str):
-    """A probe script imported as a module (probes/ is no package)."""
+    """A probe script imported as a module (probes/ is no package; its scripts import probe_output beside them,
+    as they do when run, where the script's folder is on the path)."""
     import importlib.util
+
+    if str(PROBES) not in sys.path:
+        sys.path.append(str(PROBES))
 
     spec = importlib.util.spec_from_file_location(name, PROBES / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
