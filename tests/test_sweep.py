@@ -14,6 +14,7 @@ from importlib import resources
 
 import pytest
 
+from fedcond.algorithms import hyperparameters, make_algorithm
 from fedcond import results
 from fedcond.errors import FedcondError
 from fedcond.estimate import Estimator
@@ -190,8 +191,11 @@ def test_divergence_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, monkey
     cells = plan(select("E1/mnist/K=2/rich"), "FedAvg", [0], "explode") + plan(select("E1/mnist/K=2/rich"), "FedAvg", [0], "smoke")
     counts = run_sweep(cells, str(db), str(SHARED), workers=1, progress=False, log=lambda s: None)
     assert counts["failed"] == 1 and counts["ran"] == 1
-    row = sqlite3.connect(db).execute("SELECT status, error, accuracy FROM runs WHERE protocol_name='explode'").fetchone()
+    row = sqlite3.connect(db).execute(
+        "SELECT status, error, accuracy, hyperparameters FROM runs WHERE protocol_name='explode'"
+    ).fetchone()
     assert row[0] == "failed" and "diverged" in row[1] and row[2] is None
+    assert json.loads(row[3]) == hyperparameters(make_algorithm("FedAvg"))  # a failed row says what it ran
 
 
 def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path):

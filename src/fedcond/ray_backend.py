@@ -45,7 +45,7 @@ def _cell(spec, method: str, protocol, seed: int, denormal_mode: str = "flush", 
         import_plugins(plugins)  # the driver's --plugin modules (installed on the node, or in Ray's working_dir)
         return run_method(spec.build(), method, protocol, seed, data_dir=spec.data_dir), versions()
     except Err as e:
-        return Failure(method, str(e)), versions()
+        return Failure.of(method, e), versions()
 
 
 def run_cells_on_ray(

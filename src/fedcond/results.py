@@ -135,10 +135,11 @@ def run_row(
     status: str = "ok",
     error: str | None = None,
     ran_with: dict | None = None,
+    hyperparameters: dict | None = None,
 ) -> dict:
     """One finished (or failed: result None, status 'failed', error) run as a row of the runs table:
     column -> value, the JSON columns as Python values. ran_with: versions() where the run computed,
-    if not in this process (a Ray node)."""
+    if not in this process (a Ray node); hyperparameters: a failed run's (run.Failure), what it ran."""
     r = result
     return {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -152,7 +153,7 @@ def run_row(
         "method": method,
         "seed": seed,
         "protocol": protocol,
-        "hyperparameters": r.hyperparameters if r else {},
+        "hyperparameters": r.hyperparameters if r else (hyperparameters or {}),
         "accuracy": r.accuracy if r else None,
         "accuracy_std": r.accuracy_std if r else None,
         "weighted_accuracy": r.weighted_accuracy if r else None,

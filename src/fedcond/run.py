@@ -13,7 +13,7 @@ import os
 import queue
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.managers import SyncManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -37,6 +37,11 @@ class Failure:
 
     method: str
     reason: str
+    hyperparameters: dict = field(default_factory=dict)  # what ran, where the algorithm was built
+
+    @classmethod
+    def of(cls, method: str, e: FedcondError) -> Failure:
+        return cls(method, str(e), getattr(e, "hyperparameters", {}))
 
 
 class ScenarioUnavailable(FedcondError):
@@ -198,7 +203,7 @@ def _run_in_process(b: _Batch, device: str, scenario: Scenario | None) -> Iterat
             except FedcondError as e:
                 if b.failures != "return":
                     raise
-                yield Failure(m, str(e))
+                yield Failure.of(m, e)
             if ckpt is not None:  # the caller has the result (or the failure): the progress is no longer needed
                 ckpt.remove()
     except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: stop the workers now, not after their jobs
@@ -239,7 +244,7 @@ def _run_in_pool(b: _Batch) -> Iterator[MethodResult | Failure]:
                     except FedcondError as e:
                         if b.failures != "return":
                             raise
-                        res = Failure(futures[f], str(e))
+                        res = Failure.of(futures[f], e)
                     yield res
                     if ckpts[futures[f]] is not None:
                         ckpts[futures[f]].remove()

@@ -237,7 +237,11 @@ def run_method(
         if on_round is not None:
             on_round(r, state)
 
-    state = run_rounds(alg, ctx, state, range(first, rounds), run.name, after=after)
+    try:
+        state = run_rounds(alg, ctx, state, range(first, rounds), run.name, after=after)
+    except FedcondError as e:  # e.g. diverged: the failed row records what ran (run.Failure)
+        e.hyperparameters = hyperparameters(alg)
+        raise
     per_client, weighted, extra = final_evaluation(
         run, state, curve, protocol, data_dir, seed, resumed_after=first if resumed is not None else None
     )

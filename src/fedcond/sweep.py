@@ -111,6 +111,7 @@ def _record(con, cell: Cell, spec, proto, res, counts: dict, ran_with: dict | No
             protocol_name=cell.protocol_name,
             status="failed" if error else "ok",
             error=error,
+            hyperparameters=res.hyperparameters,
             ran_with=ran_with,
         )
     except sqlite3.IntegrityError:

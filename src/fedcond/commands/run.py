@@ -147,6 +147,7 @@ def run_command(args) -> int:
                 protocol_name=protocol_name,
                 status="failed" if error else "ok",
                 error=error,
+                hyperparameters=res.hyperparameters,
             )
             try:
                 row["id"] = results.save_row(con, row)

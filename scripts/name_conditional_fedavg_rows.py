@@ -1,0 +1,91 @@
+"""Name every Conditional-FedAvg row by what it ran, after a change of the method's defaults (issue 45).
+
+A row stores the method as it was typed (`Conditional-FedAvg`, or with the arguments given), so when a
+default changes, a plain name would read as the new default. This rewrites each such name to spell out
+every hyper-parameter whose recorded value (the row's hyperparameters column) differs from today's
+default, and leaves values and every other column as they were. Running it twice changes nothing.
+
+- Stop 50 (server momentum, FiLM, 5 local epochs became the defaults): rows older than that hold no
+  `local_epochs`; they averaged (`server_opt=avg`) and took the protocol's conditioning and local
+  epochs (`conditioning=None`, `local_epochs=None`), and their hyperparameters column gains those fields.
+- Stop 60 (server momentum's beta 0.9 -> 0.5): a momentum row made before it gains `server_momentum=0.9`.
+  Failed rows recorded no hyperparameters before stop 60; the only such rows are from stops 50-59 (the
+  divergence that led to the change), so they ran stop 50's defaults with beta 0.9, and are named so.
+
+Fields a row's server optimiser does not read (beta for `avg`, adam's beta2 and tau for `momentum`)
+are left out of the name.
+
+    python scripts/name_conditional_fedavg_rows.py docs/results/*.sqlite
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import sys
+
+from fedcond.algorithms.fedavg import ConditionalFedAvg
+from fedcond.algorithms.names import parse_call
+
+METHOD = "Conditional-FedAvg"
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(ConditionalFedAvg)}
+UNREAD = {  # server_opt -> the fields its step does not read (server_opt.py)
+    "avg": {"server_momentum", "server_beta2", "server_tau"},
+    "momentum": {"server_beta2", "server_tau"},
+    "adam": set(),
+}
+BEFORE_STOP_50 = {"server_opt": "avg", "conditioning": None, "local_epochs": None}
+STOPS_50_TO_59 = {"server_opt": "momentum", "server_momentum": 0.9, "conditioning": "film", "local_epochs": 5}
+
+
+def _text(v) -> str:
+    return "None" if v is None else str(v)
+
+
+def name_for(hyper: dict) -> str:
+    """The method name that runs `hyper` under today's defaults: the fields that differ, in field order."""
+    unread = UNREAD.get(hyper.get("server_opt", DEFAULTS["server_opt"]), set())
+    kept = [
+        f"{k}={_text(hyper[k])}"
+        for k in DEFAULTS
+        if k in hyper and k not in unread and hyper[k] != DEFAULTS[k]
+    ]
+    return f"{METHOD}({','.join(kept)})" if kept else METHOD
+
+
+def recorded(method: str, hyper: dict) -> dict:
+    """What the row ran: its hyperparameters column, completed for rows made before stop 50 and for the
+    failed rows of stops 50-59 (which recorded none)."""
+    if "local_epochs" in hyper:
+        return hyper
+    call = parse_call(method)
+    given = {} if call is None else call[1]
+    if not hyper:
+        return {**DEFAULTS, **STOPS_50_TO_59, **given}
+    return {**hyper, **{k: given.get(k, v) for k, v in BEFORE_STOP_50.items()}}
+
+
+def migrate(path: str) -> int:
+    con = sqlite3.connect(path)
+    moved = 0
+    with con:
+        rows = con.execute(
+            "SELECT id, method, hyperparameters FROM runs WHERE method = ? OR method LIKE ?", (METHOD, METHOD + "(%")
+        ).fetchall()
+        for rid, method, text in rows:
+            hyper = recorded(method, json.loads(text))
+            name = name_for(hyper)
+            if name != method or hyper != json.loads(text):
+                con.execute(
+                    "UPDATE runs SET method = ?, hyperparameters = ? WHERE id = ?",
+                    (name, json.dumps(hyper, sort_keys=True), rid),
+                )
+                moved += 1
+    con.close()
+    return moved
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        print(f"{p}: {migrate(p)} row(s) named by what they ran")
