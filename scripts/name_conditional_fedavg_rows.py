@@ -74,9 +74,10 @@ def migrate(path: str) -> int:
             "SELECT id, method, hyperparameters FROM runs WHERE method = ? OR method LIKE ?", (METHOD, METHOD + "(%")
         ).fetchall()
         for rid, method, text in rows:
-            hyper = recorded(method, json.loads(text))
+            stored = json.loads(text)
+            hyper = recorded(method, stored)
             name = name_for(hyper)
-            if name != method or hyper != json.loads(text):
+            if name != method or hyper != stored:
                 con.execute(
                     "UPDATE runs SET method = ?, hyperparameters = ? WHERE id = ?",
                     (name, json.dumps(hyper, sort_keys=True), rid),

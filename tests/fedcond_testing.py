@@ -106,3 +106,17 @@ class FakeResult:
     rounds: int = 1
     hyperparameters: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+
+
+def script_module(path: Path):
+    """A script of the repository (probes/, scripts/: folders that are no package) imported as a module,
+    with its folder on the path, as when it runs (a probe imports probe_output beside it)."""
+    import importlib.util
+    import sys
+
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

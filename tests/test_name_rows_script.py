@@ -1,22 +1,15 @@
 """scripts/name_conditional_fedavg_rows.py: after a change of Conditional-FedAvg's defaults, every row's
 name, built today, runs what the row recorded; values stay; a second pass changes nothing."""
 
-import importlib.util
 import json
 import sqlite3
 from pathlib import Path
 
 from fedcond import results
 from fedcond.algorithms import hyperparameters, make_algorithm
+from fedcond_testing import script_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "name_conditional_fedavg_rows.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("name_conditional_fedavg_rows", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _row(con, method: str, hyper: dict, seed: int) -> None:
@@ -29,13 +22,13 @@ def _row(con, method: str, hyper: dict, seed: int) -> None:
     )
 
 
-def _read(defaults: dict, hyper: dict) -> dict:
-    unread = {"avg": {"server_momentum", "server_beta2", "server_tau"}, "momentum": {"server_beta2", "server_tau"}}
-    return {k: v for k, v in hyper.items() if k in defaults and k not in unread.get(hyper["server_opt"], set())}
+def _read(s, hyper: dict) -> dict:
+    """The fields of `hyper` its server step reads."""
+    return {k: v for k, v in hyper.items() if k in s.DEFAULTS and k not in s.UNREAD[hyper["server_opt"]]}
 
 
 def test_rows_are_named_by_what_they_ran(tmp_path):
-    s = _script()
+    s = script_module(SCRIPT)
     defaults = dict(s.DEFAULTS)
     db = tmp_path / "r.sqlite"
     con = results.connect(db)
@@ -59,5 +52,5 @@ def test_rows_are_named_by_what_they_ran(tmp_path):
     for seed in range(5):  # the name, built today, runs what the row recorded
         name, hyper = got[seed]
         built = hyperparameters(make_algorithm(name))
-        assert _read(defaults, built) == _read(defaults, {**built, **hyper}), name
+        assert _read(s, built) == _read(s, {**built, **hyper}), name
     assert s.migrate(str(db)) == 0  # twice changes nothing

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedcond_testing import FakeResult, shared_file
+from fedcond_testing import FakeResult, script_module, shared_file
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"
 
@@ -28,17 +28,7 @@ def test_ifca_first_rounds_traces_each_round_and_appends_a_json_line(tmp_path):
 
 
 def _probe_module(name: str):
-    """A probe script imported as a module (probes/ is no package; its scripts import probe_output beside them,
-    as they do when run, where the script's folder is on the path)."""
-    import importlib.util
-
-    if str(PROBES) not in sys.path:
-        sys.path.append(str(PROBES))
-
-    spec = importlib.util.spec_from_file_location(name, PROBES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module(PROBES / f"{name}.py")
 
 
 def _official_batch(pixels, labels) -> bytes:
@@ -80,11 +70,7 @@ def test_jpeg_cost_reads_a_cut_official_batch_without_unpickling_and_matches_its
 
 
 def test_label_agreement_bound_by_hand_and_from_the_scenarios_permutations():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("label_agreement", PROBES / "label_agreement.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _probe_module("label_agreement")
     # one fixed point of three classes: (1 + f/C)/2 = (1 + 1/3)/2
     assert abs(mod.agreement_bound([(0, 1, 2), (0, 2, 1)]) - 2 / 3) < 1e-12
     assert mod.agreement_bound([(0, 1, 2), (1, 2, 0), (2, 0, 1)]) == 1 / 3  # no class agrees: 1/K
