@@ -117,3 +117,61 @@ def test_mix_is_many_weighted_averages_at_once():
     assert torch.allclose(out[1]["w"], (2 * models[1]["w"] + models[2]["w"] + models[3]["w"]) / 4, atol=1e-6)
     assert int(out[0]["n"]) == 1 and int(out[1]["n"]) == 3  # counters: max over the models mixed in
     assert torch.equal(weighted_average(models, weights[1])["w"], out[1]["w"])
+
+
+class _Counted:
+    """Wraps a model's features method, counting the samples it is asked for."""
+
+    def __init__(self, model, noise: float = 0.0):
+        self.features, self.samples, self.noise = model.features, 0, noise
+
+    def __call__(self, x, s):
+        self.samples += x.shape[0]
+        z = self.features(x, s)
+        return z + self.noise * torch.rand_like(z) if self.noise else z  # noise: features that are not x's alone
+
+
+def _head_job(spec, n=150, seed=0):
+    from fedcond.algorithms.fedrep import HeadOnlyLoss
+
+    torch.manual_seed(seed)
+    x = torch.randint(0, 256, (n, *spec.input_shape), dtype=torch.uint8)
+    y = torch.arange(n) % spec.num_classes
+    return Job(params=spec.build().state_dict(), x=x, y=y, s=None, epochs=3, seed=(0, 1), loss_fn=HeadOnlyLoss())
+
+
+def _train_counted(spec, job, monkeypatch, cache: bool, noise: float = 0.0):
+    from fedcond.engine.local_sgd import FEATURE_CACHE_ENV, cpu_model, train_job
+
+    monkeypatch.setenv(FEATURE_CACHE_ENV, "1" if cache else "0")
+    model = cpu_model(spec)
+    counted = _Counted(model, noise)
+    model.features = counted
+    return train_job(model, job, SGDConfig(batch_size=32)), counted.samples
+
+
+def test_a_frozen_bodys_features_are_computed_once_per_job_with_the_same_result(monkeypatch):
+    """FedRep's head update: one pass of the body (plus the first batch, the check) instead of one per
+    step, and the head it trains is the one the per-step path trains."""
+    spec = ModelSpec((1, 28, 28), 10)
+    job = _head_job(spec)
+    cached, seen_cached = _train_counted(spec, job, monkeypatch, cache=True)
+    plain, seen_plain = _train_counted(spec, job, monkeypatch, cache=False)
+    assert seen_plain == 3 * 150 and seen_cached == 150 + 32  # every sample once, and the first batch again
+    assert cached.steps == plain.steps
+    for k in plain.params:
+        torch.testing.assert_close(cached.params[k], plain.params[k], rtol=1e-5, atol=1e-6)
+    assert all(torch.equal(cached.params[k], job.params[k]) for k in job.params if not k.startswith("fc2"))
+
+
+def test_features_that_depend_on_the_batch_or_on_chance_are_never_cached(monkeypatch):
+    """Batch norm (the CIFAR CNN: batch statistics, running statistics moved by every forward) and features
+    that the check finds to differ from the cache take the per-step path."""
+    cifar = ModelSpec((3, 32, 32), 10)
+    job = _head_job(cifar, n=96)
+    res, seen = _train_counted(cifar, job, monkeypatch, cache=True)
+    assert seen == 3 * 96
+    assert any(not torch.equal(res.params[k], job.params[k]) for k in job.params if "running_mean" in k)
+    mnist = ModelSpec((1, 28, 28), 10)
+    _, seen = _train_counted(mnist, _head_job(mnist), monkeypatch, cache=True, noise=1e-3)
+    assert seen == 150 + 32 + 3 * 150  # the cache and the check, then every step

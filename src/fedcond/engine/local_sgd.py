@@ -9,6 +9,7 @@ vectorised backend can replay exactly the same batches.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -62,6 +63,9 @@ class Job:
     sgd: SGDConfig | None = None  # overrides the engine's optimiser (e.g. Ditto's plain SGD)
     regulariser: "Regulariser | None" = None  # proximal / linear terms (FedProx, SCAFFOLD, FedDyn, FedDC, Ditto)
     loss_fn: Callable | None = None  # picklable (model, x, s, y) -> loss; replaces cross-entropy (FedProc, JDFL)
+    # A loss_fn whose body stays frozen for the whole job (FedRep's head update) may say so with
+    # `frozen_features = True` and a `head_loss(model, z, x, y)` on the body's features z: the engine then
+    # computes the features once per job instead of every step (frozen_features below).
 
     @property
     def plain(self) -> bool:
@@ -189,6 +193,7 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
     x_all = channels_last(job.x)
     batches = batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed, sgd.drop_last)
     arithmetic = precision.autocast(sgd.precision)  # fp32: nothing; bf16: the forward under autocast
+    features = frozen_features(model, job, x_all, sgd.batch_size, arithmetic, batches[0]) if batches else None
     losses, epoch_losses, per_epoch = (
         [],
         [],
@@ -199,7 +204,12 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
         xb, yb = x_all[idx_t], job.y[idx_t]
         sb = None if job.s is None else job.s[idx_t]
         with arithmetic:  # the backward follows the forward's dtypes; gradients land in the fp32 parameters
-            loss = job.loss_fn(model, xb, sb, yb) if job.loss_fn is not None else F.cross_entropy(model(xb, sb), yb)
+            if features is not None:
+                loss = job.loss_fn.head_loss(model, features[idx_t], xb, yb)
+            elif job.loss_fn is not None:
+                loss = job.loss_fn(model, xb, sb, yb)
+            else:
+                loss = F.cross_entropy(model(xb, sb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if job.regulariser is not None:
@@ -220,6 +230,42 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
         }
     mean_loss = float(torch.stack(losses).mean()) if losses else float("nan")
     return JobResult(clone_params(model.state_dict()), momentum, mean_loss, len(losses), epoch_losses)
+
+
+FEATURE_CACHE_ENV = "FEDCOND_FEATURE_CACHE"  # "0": a frozen body's features are recomputed every step
+
+
+def _batch_dependent(model: nn.Module) -> bool:
+    """Whether a train-mode forward depends on the rest of the batch or on chance, or moves state:
+    batch norm (batch statistics; running statistics updated) and dropout."""
+    kinds = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
+    return any(isinstance(m, kinds) for m in model.modules())
+
+
+def frozen_features(
+    model: nn.Module, job: Job, x_all: torch.Tensor, batch_size: int, arithmetic, first: np.ndarray
+) -> torch.Tensor | None:
+    """The body's features of every sample of the job [n, D], computed once, for a loss whose body
+    stays frozen for the whole job (`frozen_features`; FedRep's 10 head epochs then cost one pass of
+    the body, not ten); None where that is not the same computation: no such loss, a model whose
+    features depend on the batch (batch norm, dropout), FEDCOND_FEATURE_CACHE=0, or, measured rather
+    than assumed, the first batch's features computed as a step computes them differ from the cache."""
+    if not getattr(job.loss_fn, "frozen_features", False) or _batch_dependent(model):
+        return None
+    if os.environ.get(FEATURE_CACHE_ENV, "").strip() == "0":
+        return None
+
+    def s_of(idx):
+        return None if job.s is None else job.s[idx]
+
+    n = len(job.y)
+    with torch.no_grad(), arithmetic:
+        z = torch.cat(
+            [model.features(x_all[i : i + batch_size], s_of(slice(i, i + batch_size))) for i in range(0, n, batch_size)]
+        )
+        idx = torch.from_numpy(first)
+        direct = model.features(x_all[idx], s_of(idx))
+    return z if torch.allclose(direct.float(), z[idx].float(), rtol=1e-5, atol=1e-6) else None
 
 
 @torch.no_grad()
