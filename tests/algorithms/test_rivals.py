@@ -221,3 +221,56 @@ def test_rivals_hyperparameters_by_name():
     assert make_algorithm("pfedhn(embed_dim=4)") == PFedHN(embed_dim=4)
     assert make_algorithm("FedAvg-FT(finetune_epochs=0)") == FedAvgFT(0)
     assert dataclasses.asdict(PeFLL())["clients_per_step"] == 5
+
+
+def _sgd_as_written(params, grads, buf, lr, momentum, weight_decay):
+    """hypernet.sgd_step's three lines, one temporary per operation (the step before stop 61)."""
+    new_p, new_b = {}, {}
+    for k, p in params.items():
+        g = grads[k] + weight_decay * p if weight_decay else grads[k]
+        b = g.clone() if buf is None else momentum * buf[k] + g
+        new_b[k] = b
+        new_p[k] = p - (lr[k] if isinstance(lr, dict) else lr) * (b if momentum else g)
+    return new_p, new_b
+
+
+def _adam_as_written(params, grads, state, lr, betas=(0.9, 0.999), eps=1e-8):
+    t = 1 if state is None else state["t"] + 1
+    m = {k: (1 - betas[0]) * g if state is None else betas[0] * state["m"][k] + (1 - betas[0]) * g
+         for k, g in grads.items()}
+    v = {k: (1 - betas[1]) * g * g if state is None else betas[1] * state["v"][k] + (1 - betas[1]) * g * g
+         for k, g in grads.items()}
+    c1, c2 = 1 - betas[0] ** t, 1 - betas[1] ** t
+    return {k: p - lr * (m[k] / c1) / ((v[k] / c2).sqrt() + eps) for k, p in params.items()}, {"t": t, "m": m, "v": v}
+
+
+def test_server_steps_are_their_formulas_bitwise_and_leave_their_inputs_alone():
+    """The in-place arithmetic of hypernet.sgd_step / adam_step computes what the formulas say, bit for bit,
+    over three steps (first step included), and follows torch.optim.SGD to rounding."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"w": (7, 5), "b": (5,)}
+    params = {k: torch.randn(s, generator=gen) for k, s in shapes.items()}
+    grads = [{k: torch.randn(s, generator=gen) for k, s in shapes.items()} for _ in range(3)]
+    frozen = {k: v.clone() for k, v in params.items()}
+    grads_before = [{k: v.clone() for k, v in g.items()} for g in grads]
+    for lr, momentum, wd in ((1e-2, 0.9, 1e-3), ({"w": 0.1, "b": 0.2}, 0.0, 0.0), (5e-3, 0.9, 0.0)):
+        p_ours, p_ref, b_ours, b_ref = params, params, None, None
+        for g in grads:
+            p_ours, b_ours = H.sgd_step(p_ours, g, b_ours, lr, momentum, wd)
+            p_ref, b_ref = _sgd_as_written(p_ref, g, b_ref, lr, momentum, wd)
+            assert _equal(p_ours, p_ref) and _equal(b_ours, b_ref)
+        if not isinstance(lr, dict):
+            w = {k: v.clone().requires_grad_() for k, v in params.items()}
+            opt = torch.optim.SGD(list(w.values()), lr=lr, momentum=momentum, weight_decay=wd, foreach=False)
+            for g in grads:
+                for k in w:
+                    w[k].grad = g[k].clone()
+                opt.step()
+            for k in w:
+                torch.testing.assert_close(w[k].detach(), p_ours[k])
+    a_ours, a_ref, s_ours, s_ref = params, params, None, None
+    for g in grads:
+        a_ours, s_ours = H.adam_step(a_ours, g, s_ours, 2e-4)
+        a_ref, s_ref = _adam_as_written(a_ref, g, s_ref, 2e-4)
+        assert _equal(a_ours, a_ref) and _equal(s_ours["m"], s_ref["m"]) and _equal(s_ours["v"], s_ref["v"])
+    assert _equal(params, frozen) and all(_equal(g, before) for g, before in zip(grads, grads_before))

@@ -97,31 +97,42 @@ def clip(grads: Params, max_norm: float | None) -> Params:
 def sgd_step(
     params: Params, grads: Params, buf: Params | None, lr: float | dict, momentum: float, weight_decay: float
 ) -> tuple[Params, Params]:
-    """torch.optim.SGD's step (dampening 0, not Nesterov) as a function; `lr` a number or per name."""
+    """torch.optim.SGD's step (dampening 0, not Nesterov) as a function; `lr` a number or per name.
+
+    g = grad + wd p;  b = momentum b + g (the first step's buffer is g, as torch's);  p' = p - lr b.
+    Written with one new tensor per result and in-place arithmetic on it, the same operations in the same
+    order as the three lines above (bitwise: tests/algorithms/test_rivals.py): the hypernetwork has 42.6 M
+    weights, and each temporary was another pass over 170 MB (the step 0.21 -> 0.16 s here)."""
     new_p, new_b = {}, {}
     for k, p in params.items():
-        g = grads[k] + weight_decay * p if weight_decay else grads[k]
-        b = g.clone() if buf is None else momentum * buf[k] + g  # torch: the first step's buffer is the gradient
+        g = p.mul(weight_decay).add_(grads[k]) if weight_decay else grads[k]
+        if buf is None:
+            b = g.clone() if g is grads[k] else g
+        else:
+            b = buf[k].mul(momentum).add_(g)
         new_b[k] = b
-        new_p[k] = p - (lr[k] if isinstance(lr, dict) else lr) * (b if momentum else g)
+        step = (b if momentum else g).mul(lr[k] if isinstance(lr, dict) else lr)
+        new_p[k] = torch.sub(p, step, out=step)
     return new_p, new_b
 
 
 def adam_step(
     params: Params, grads: Params, state: dict | None, lr: float, betas=(0.9, 0.999), eps: float = 1e-8
 ) -> tuple[Params, dict]:
-    """torch.optim.Adam's step (no weight decay, not AMSGrad) as a function of explicit state."""
+    """torch.optim.Adam's step (no weight decay, not AMSGrad) as a function of explicit state:
+    m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  p' = p - lr (m / c1) / (sqrt(v / c2) + eps),
+    c_i = 1 - b_i^t. In-place arithmetic on new tensors, the same operations in the same order (as sgd_step)."""
     t = 1 if state is None else state["t"] + 1
-    m = {
-        k: (1 - betas[0]) * g if state is None else betas[0] * state["m"][k] + (1 - betas[0]) * g
-        for k, g in grads.items()
-    }
-    v = {
-        k: (1 - betas[1]) * g * g if state is None else betas[1] * state["v"][k] + (1 - betas[1]) * g * g
-        for k, g in grads.items()
-    }
     c1, c2 = 1 - betas[0] ** t, 1 - betas[1] ** t
-    new = {k: p - lr * (m[k] / c1) / ((v[k] / c2).sqrt() + eps) for k, p in params.items()}
+    new, m, v = {}, {}, {}
+    for k, p in params.items():
+        g = grads[k]
+        gm, gv = g.mul(1 - betas[0]), g.mul(1 - betas[1]).mul_(g)
+        m[k] = gm if state is None else state["m"][k].mul(betas[0]).add_(gm)
+        v[k] = gv if state is None else state["v"][k].mul(betas[1]).add_(gv)
+        den = v[k].div(c2).sqrt_().add_(eps)
+        step = m[k].div(c1).mul_(lr).div_(den)
+        new[k] = torch.sub(p, step, out=step)
     return new, {"t": t, "m": m, "v": v}
 
 
