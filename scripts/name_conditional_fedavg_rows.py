@@ -26,15 +26,11 @@ import sqlite3
 import sys
 
 from fedcond.algorithms.fedavg import ConditionalFedAvg
+from fedcond.algorithms.server_opt import ServerOptimiser
 from fedcond.algorithms.names import parse_call
 
 METHOD = "Conditional-FedAvg"
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ConditionalFedAvg)}
-UNREAD = {  # server_opt -> the fields its step does not read (server_opt.py)
-    "avg": {"server_momentum", "server_beta2", "server_tau"},
-    "momentum": {"server_beta2", "server_tau"},
-    "adam": set(),
-}
 BEFORE_STOP_50 = {"server_opt": "avg", "conditioning": None, "local_epochs": None}
 STOPS_50_TO_59 = {"server_opt": "momentum", "server_momentum": 0.9, "conditioning": "film", "local_epochs": 5}
 
@@ -45,12 +41,8 @@ def _text(v) -> str:
 
 def name_for(hyper: dict) -> str:
     """The method name that runs `hyper` under today's defaults: the fields that differ, in field order."""
-    unread = UNREAD.get(hyper.get("server_opt", DEFAULTS["server_opt"]), set())
-    kept = [
-        f"{k}={_text(hyper[k])}"
-        for k in DEFAULTS
-        if k in hyper and k not in unread and hyper[k] != DEFAULTS[k]
-    ]
+    unread = ServerOptimiser.unread(hyper.get("server_opt", DEFAULTS["server_opt"]))
+    kept = [f"{k}={_text(hyper[k])}" for k in DEFAULTS if k in hyper and k not in unread and hyper[k] != DEFAULTS[k]]
     return f"{METHOD}({','.join(kept)})" if kept else METHOD
 
 

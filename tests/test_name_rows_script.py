@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fedcond import results
 from fedcond.algorithms import hyperparameters, make_algorithm
+from fedcond.algorithms.server_opt import ServerOptimiser
 from fedcond_testing import script_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "name_conditional_fedavg_rows.py"
@@ -24,7 +25,7 @@ def _row(con, method: str, hyper: dict, seed: int) -> None:
 
 def _read(s, hyper: dict) -> dict:
     """The fields of `hyper` its server step reads."""
-    return {k: v for k, v in hyper.items() if k in s.DEFAULTS and k not in s.UNREAD[hyper["server_opt"]]}
+    return {k: v for k, v in hyper.items() if k in s.DEFAULTS and k not in ServerOptimiser.unread(hyper["server_opt"])}
 
 
 def test_rows_are_named_by_what_they_ran(tmp_path):

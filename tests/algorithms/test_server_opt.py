@@ -83,3 +83,23 @@ def test_a_resumed_run_carries_the_servers_state(digits, tmp_path, method):
 def test_bad_settings_are_one_line(text, needle):
     with pytest.raises(FedcondError, match=needle):
         make_algorithm(text)
+
+
+@pytest.mark.parametrize("kind", ["avg", "momentum", "adam"])
+def test_unread_fields_are_the_ones_the_step_ignores(kind):
+    """ServerOptimiser.unread(kind) (what names a row by what it ran leaves out): changing such a field leaves two
+    rounds of the step as they were; changing any field the kind reads moves them."""
+    other = {"server_lr": 0.3, "server_momentum": 0.7, "server_beta2": 0.5, "server_tau": 0.1}
+    base = ServerOptimiser(server_opt=kind, server_lr=0.9)
+
+    def two_rounds(opt):
+        w, slots = _params([1.0, 2.0], [0.0]), None
+        for avg in (_params([1.5, 1.0], [0.4]), _params([0.5, 3.0], [0.1])):
+            w, slots = opt.server_step(w, avg, slots)
+        return w["conv.weight"]
+
+    ref = two_rounds(base)
+    for field, value in other.items():
+        moved = not torch.equal(two_rounds(ServerOptimiser(**{**base.__dict__, field: value})), ref)
+        assert moved == (field not in ServerOptimiser.unread(kind)), (kind, field)
+    assert "server_opt" not in ServerOptimiser.unread(kind)

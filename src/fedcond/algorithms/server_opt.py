@@ -15,6 +15,7 @@ averaged as FedAvg averages them (they are estimates, not weights a gradient mov
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +25,12 @@ from ..errors import FedcondError
 
 # kind -> the server learning rate used when none is given (adam's: the middle of Reddi et al.'s grid)
 SERVER_OPTIMISERS = {"avg": 1.0, "momentum": 1.0, "adam": 1e-2}
+# kind -> the fields its step reads (server_step); the others are inert under that kind
+READS = {
+    "avg": ("server_opt", "server_lr"),
+    "momentum": ("server_opt", "server_lr", "server_momentum"),
+    "adam": ("server_opt", "server_lr", "server_momentum", "server_beta2", "server_tau"),
+}
 BUFFERS = ("running_mean", "running_var")
 
 
@@ -50,6 +57,12 @@ class ServerOptimiser:
             raise FedcondError("server_momentum and server_beta2 must be in [0, 1)")
         if not self.server_tau > 0:
             raise FedcondError(f"server_tau must be > 0, got {self.server_tau}")
+
+    @staticmethod
+    def unread(kind: str) -> frozenset[str]:
+        """The server-step fields a `kind` step does not read (beta for avg; adam's beta2 and tau for momentum)."""
+        fields = {f.name for f in dataclasses.fields(ServerOptimiser)}
+        return frozenset(fields - set(READS[kind]))
 
     @property
     def eta(self) -> float:
