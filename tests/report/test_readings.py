@@ -34,7 +34,7 @@ def test_a_candidate_is_fitted_beside_the_default_on_the_same_cells_and_seed():
     cell = found[0].cells[0]
     assert cell["default"] == pytest.approx(PUBLISHED["Gossip"] + 0.05)  # seed 0's row, not seed 1's
     lines = "\n".join(readings_section(probes, main_rows, published_tables(), levels=False))
-    assert "| `Gossip(carry_momentum=True)` | `paper[inputs=raw]` | 1 | 1.0 pp | 5.0 pp | 1 of 1 | - |" in lines
+    assert "| `Gossip(carry_momentum=True)` | `paper[inputs=raw]` | 1 | 1.0 pp | 5.0 pp | 1 of 1 | +4.0 pp | - |" in lines
     assert "(the default)" in lines
     assert readings_section([], main_rows, published_tables(), levels=False) == []
 
@@ -53,7 +53,21 @@ def test_a_run_evaluated_every_round_stands_for_the_best_round_reading():
     assert found[0].cells[0]["ours"] == pytest.approx(PUBLISHED["FedAvg"] - 0.02)
     assert found[1].cells[0]["ours"] == pytest.approx(PUBLISHED["FedAvg"] - 0.03)
     lines = "\n".join(readings_section([curve], main_rows, published_tables(), levels=False))
-    assert "| `FedAvg`, best round | `paper[eval_every=1]` | 1 | 2.0 pp | 8.0 pp | 1 of 1 | - |" in lines
+    assert "| `FedAvg`, best round | `paper[eval_every=1]` | 1 | 2.0 pp | 8.0 pp | 1 of 1 | +6.0 pp | - |" in lines
+
+
+def test_a_protocol_reading_is_also_fitted_over_every_method_it_was_probed_on():
+    """`paper[drop_last=True]` changes every method's training: its methods' cells together get a row, with the
+    paired gain and its standard error; a method's own reading (`Gossip(...)`) joins no such row."""
+    main_rows = [row("FedAvg", PUBLISHED["FedAvg"] + 0.04), row("DAC", PUBLISHED["DAC"] + 0.02),
+                 row("Gossip", PUBLISHED["Gossip"] + 0.05)]
+    probes = [row("FedAvg", PUBLISHED["FedAvg"] + 0.01, "paper[drop_last=True]"),
+              row("DAC", PUBLISHED["DAC"] + 0.03, "paper[drop_last=True]", rid=2),
+              row("Gossip(carry_momentum=True)", PUBLISHED["Gossip"], "paper[drop_last=True]", rid=3)]
+    lines = "\n".join(readings_section(probes, main_rows, published_tables(), levels=False))
+    # gains +3 and -1 pp: mean +1.0, standard error 2.0
+    assert "| every method probed (FedAvg, DAC) | `paper[drop_last=True]` | 2 | 2.0 pp | 3.0 pp | 1 of 2 | +1.0 ± 2.0 pp | - |" in lines
+    assert lines.count("every method probed") == 1
 
 
 @pytest.mark.skipif(not os.path.isfile(os.path.join(os.environ.get("FEDCOND_DATA", ""), "mnist.npz.xz")),

@@ -111,6 +111,39 @@ def _fit(cells: list[dict], which: str) -> float | None:
     return sum(abs(c[which] - c["published"]) for c in both) / len(both) if both else None
 
 
+def _gain(cells: list[dict]) -> str:
+    """How much nearer the published values the candidate is than the default, cell by cell (paired): the mean
+    of |default - published| - |candidate - published| and, over two or more cells, its standard error."""
+    both = [c for c in cells if c["published"] is not None and c["default"] is not None]
+    d = [100 * (abs(c["default"] - c["published"]) - abs(c["ours"] - c["published"])) for c in both]
+    if not d:
+        return "-"
+    mean = sum(d) / len(d)
+    if len(d) == 1:
+        return f"{mean:+.1f} pp"
+    se = (sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) ** 0.5
+    return f"{mean:+.1f} ± {se:.1f} pp"
+
+
+def together(found: list[Candidate]) -> list[Candidate]:
+    """A protocol reading (`paper[drop_last=True]`) changes every method's training: one more candidate per such
+    protocol probed on two or more plain methods, their cells together, so its fit is read over all of them."""
+    groups: dict[str, list[Candidate]] = {}
+    for c in found:
+        if c.protocol != "paper" and not c.best_round and c.method == base_method(c.method):
+            groups.setdefault(c.protocol, []).append(c)
+    return [
+        Candidate(
+            "every method probed (" + ", ".join(c.method for c in cs) + ")",
+            protocol,
+            False,
+            cells=[x for c in cs for x in c.cells],
+        )
+        for protocol, cs in groups.items()
+        if len(cs) >= 2
+    ]
+
+
 def _collapsed(x: float | None, dead: float | None) -> bool | None:
     return None if x is None or dead is None else x <= dead + DEAD_MARGIN
 
@@ -139,18 +172,21 @@ def readings_section(probes: list[dict], main: list[dict], published: list, leve
         "Each reading the paper leaves open that was probed (a probes database beside the results), as the "
         "probe ran it, against the default on the same cells and seed. Fit: mean |ours - published| over the "
         "cells the default has also run. Collapsed: within 3 pp of the dead level (each client predicting its "
-        "most frequent training label), computed from the seed's split. Which reading is the default and why: "
-        "`docs/choices.md`.",
+        "most frequent training label), computed from the seed's split. Gained: how much nearer the published "
+        "values the candidate lands than the default, cell by cell (mean of |default - published| - |candidate - "
+        "published|, ± its standard error); a protocol reading probed on several methods also gets a row of them "
+        "together. Which reading is the default and why: `docs/choices.md`.",
         "",
     ]
     rows = []
-    for c in found:
+    for c in found + together(found):
+        joint = c.method.startswith("every method")
         fit, fit_default = _fit(c.cells, "ours"), _fit(c.cells, "default")
         compared = [x for x in c.cells if x["published"] is not None and x["default"] is not None]
         nearer = sum(abs(x["ours"] - x["published"]) < abs(x["default"] - x["published"]) for x in compared)
         rows.append(
             [
-                f"`{c.method}`"
+                (c.method if joint else f"`{c.method}`")
                 + (", best round" if c.best_round else "")
                 + (" (the default)" if c.is_default and not c.best_round else ""),
                 f"`{c.protocol}`",
@@ -158,6 +194,7 @@ def readings_section(probes: list[dict], main: list[dict], published: list, leve
                 "-" if fit is None else f"{100 * fit:.1f} pp",
                 "-" if fit_default is None else f"{100 * fit_default:.1f} pp",
                 f"{nearer} of {len(compared)}" if compared else "-",
+                _gain(c.cells),
                 _collapse_text(c.cells),
             ]
         )
@@ -169,6 +206,7 @@ def readings_section(probes: list[dict], main: list[dict], published: list, leve
             "fit",
             "default's fit",
             "nearer than the default",
+            "gained",
             "collapsed",
         ],
         rows,
