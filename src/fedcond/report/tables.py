@@ -599,7 +599,8 @@ def walltime_section(ok: list[dict]) -> list[str]:
             "",
             f"Rows (cells and seeds) per experiment and protocol, their summed wall time in minutes, the "
             f"slowest method, and the CPU (rows made before the CPU was recorded say so). In all: {len(ok)} rows, "
-            f"{total:.1f} core-hours.",
+            f"{total:.1f} core-hours. A row's time is its wall time: it includes whatever else shared the machine's "
+            f"cores and any time its process was paused (SIGSTOP), so these core-hours are upper bounds.",
             "",
         ]
         + per_table_walltime(ok)
