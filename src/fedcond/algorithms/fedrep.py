@@ -18,7 +18,8 @@ detached), so a frozen tensor gets no gradient and SGD leaves it (and its moment
 jobs go through the engine like every other algorithm's. The body's buffers (batch-norm statistics)
 are averaged with it. A head update's body is frozen for the whole job, so where its features depend on
 the sample alone (no batch norm) the engine computes them once per job, not once per step: the same
-numbers, FedRep rounds 2.8x faster on the MNIST CNN (benchmarks/fedrep_head.py; engine/local_sgd.py).
+numbers bit for bit (checked per job), FedRep rounds 2.9x faster on the MNIST CNN (benchmarks/fedrep_head.py;
+engine/local_sgd.py).
 """
 
 from __future__ import annotations

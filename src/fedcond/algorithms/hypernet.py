@@ -102,7 +102,8 @@ def sgd_step(
     g = grad + wd p;  b = momentum b + g (the first step's buffer is g, as torch's);  p' = p - lr b.
     Written with one new tensor per result and in-place arithmetic on it, the same operations in the same
     order as the three lines above (bitwise: tests/algorithms/test_rivals.py): the hypernetwork has 42.6 M
-    weights, and each temporary was another pass over 170 MB (the step 0.21 -> 0.16 s here)."""
+    weights, and each temporary was another pass over 170 MB (the step 0.21 -> 0.16 s here). The inputs are
+    detached tensors (the server's state), never a graph's: `out=` refuses tensors that require grad."""
     new_p, new_b = {}, {}
     for k, p in params.items():
         g = p.mul(weight_decay).add_(grads[k]) if weight_decay else grads[k]

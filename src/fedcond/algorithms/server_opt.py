@@ -62,7 +62,7 @@ class ServerOptimiser:
     def unread(kind: str) -> frozenset[str]:
         """The server-step fields a `kind` step does not read (beta for avg; adam's beta2 and tau for momentum)."""
         fields = {f.name for f in dataclasses.fields(ServerOptimiser)}
-        return frozenset(fields - set(READS[kind]))
+        return frozenset(fields - set(READS.get(kind, fields)))  # a kind not known here: nothing left out
 
     @property
     def eta(self) -> float:

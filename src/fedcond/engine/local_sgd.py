@@ -193,7 +193,7 @@ def train_job(model: nn.Module, job: Job, default_sgd: SGDConfig) -> JobResult:
     x_all = channels_last(job.x)
     batches = batch_order(len(job.y), sgd.batch_size, job.epochs, job.seed, sgd.drop_last)
     arithmetic = precision.autocast(sgd.precision)  # fp32: nothing; bf16: the forward under autocast
-    features = frozen_features(model, job, x_all, sgd.batch_size, arithmetic, batches[0]) if batches else None
+    features = frozen_features(model, job, x_all, sgd.batch_size, arithmetic, batches) if batches else None
     losses, epoch_losses, per_epoch = (
         [],
         [],
@@ -243,13 +243,17 @@ def _batch_dependent(model: nn.Module) -> bool:
 
 
 def frozen_features(
-    model: nn.Module, job: Job, x_all: torch.Tensor, batch_size: int, arithmetic, first: np.ndarray
+    model: nn.Module, job: Job, x_all: torch.Tensor, batch_size: int, arithmetic, batches: list[np.ndarray]
 ) -> torch.Tensor | None:
     """The body's features of every sample of the job [n, D], computed once, for a loss whose body
     stays frozen for the whole job (`frozen_features`; FedRep's 10 head epochs then cost one pass of
-    the body, not ten); None where that is not the same computation: no such loss, a model whose
-    features depend on the batch (batch norm, dropout), FEDCOND_FEATURE_CACHE=0, or, measured rather
-    than assumed, the first batch's features computed as a step computes them differ from the cache."""
+    the body, not ten); None where that would not be the same computation: no such loss, a model whose
+    features depend on the batch (batch norm, dropout), FEDCOND_FEATURE_CACHE=0, or, measured rather than
+    assumed, a step's features differ from the cache in any bit. Kernels may round a sample differently by
+    the size of its batch (the MNIST CNN's kernels do for batches of 1-3 samples), so one batch of each
+    size the job trains on is computed as its step will compute it and compared, and the cache is computed in
+    full batches only (the tail's features are the last rows of the job's last full batch of samples).
+    The global random stream is left as it was."""
     if not getattr(job.loss_fn, "frozen_features", False) or _batch_dependent(model):
         return None
     if os.environ.get(FEATURE_CACHE_ENV, "").strip() == "0":
@@ -259,13 +263,20 @@ def frozen_features(
         return None if job.s is None else job.s[idx]
 
     n = len(job.y)
-    with torch.no_grad(), arithmetic:
-        z = torch.cat(
-            [model.features(x_all[i : i + batch_size], s_of(slice(i, i + batch_size))) for i in range(0, n, batch_size)]
-        )
-        idx = torch.from_numpy(first)
-        direct = model.features(x_all[idx], s_of(idx))
-    return z if torch.allclose(direct.float(), z[idx].float(), rtol=1e-5, atol=1e-6) else None
+    size = min(batch_size, n)  # a client smaller than a batch trains on one batch of all its samples
+    windows = [(a, a + size, 0) for a in range(0, n - size + 1, size)]  # (start, stop, first row kept)
+    if n % size:
+        windows.append((n - size, n, size - n % size))
+    by_size: dict[int, np.ndarray] = {}
+    for b in batches:
+        by_size.setdefault(len(b), b)
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), arithmetic:
+        z = torch.cat([model.features(x_all[a:b], s_of(slice(a, b)))[keep:] for a, b, keep in windows])
+        for b in by_size.values():
+            idx = torch.from_numpy(b)
+            if not torch.equal(model.features(x_all[idx], s_of(idx)), z[idx]):
+                return None
+    return z
 
 
 @torch.no_grad()

@@ -174,7 +174,8 @@ def readings_section(probes: list[dict], main: list[dict], published: list, leve
         "cells the default has also run. Collapsed: within 3 pp of the dead level (each client predicting its "
         "most frequent training label), computed from the seed's split. Gained: how much nearer the published "
         "values the candidate lands than the default, cell by cell (mean of |default - published| - |candidate - "
-        "published|, ± its standard error); a protocol reading probed on several methods also gets a row of them "
+        "published|, ± its standard error, which treats the cells as independent although cells of one experiment "
+        "and seed share a split: a rough guide); a protocol reading probed on several methods also gets a row of them "
         "together. Which reading is the default and why: `docs/choices.md`.",
         "",
     ]
