@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 
 import torch
@@ -21,14 +20,8 @@ from fedcond.algorithms.fedrep import BodyOnlyLoss, HeadOnlyLoss
 from fedcond.engine import Job, SGDConfig, train_job
 from fedcond.engine.local_sgd import FEATURE_CACHE_ENV, cpu_model
 from fedcond.models import ModelSpec
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.machine()
+from fedcond.models.cpu_kernels.build import cpu_model as cpu_name
+from fedcond.models.cpu_kernels.build import vector_isa
 
 
 def timed(model, job, sgd, cache: bool):
@@ -52,7 +45,7 @@ def main() -> None:
     w0 = spec.build().state_dict()
     head = Job(params=w0, x=x, y=y, s=None, epochs=10, seed=(0, 1), loss_fn=HeadOnlyLoss())
     body = Job(params=w0, x=x, y=y, s=None, epochs=1, seed=(0, 2), loss_fn=BodyOnlyLoss())
-    print(f"cpu: {cpu_name()}, torch {torch.__version__}, one thread, {args.samples} samples")
+    print(f"cpu: {cpu_name()} ({vector_isa()}), torch {torch.__version__}, one thread, {args.samples} samples")
     t: dict[str, list[float]] = {"cached": [], "per-step": []}
     heads = {}
     for _ in range(args.repeats):  # interleaved, so that a busy machine slows both alike

@@ -33,6 +33,7 @@ class Candidate:
     protocol: str
     is_default: bool
     best_round: bool = False  # scored at the best round of its curve, not the last
+    joint: bool = False  # several methods' cells together (`together`): its label is a phrase, not a method
     cells: list[dict] = field(default_factory=list)  # experiment, seed, ours, default, published, dead
 
 
@@ -106,16 +107,20 @@ def candidates(probes: list[dict], main: list[dict], published: list, levels: bo
     return list(out.values())
 
 
+def _compared(cells: list[dict]) -> list[dict]:
+    """The cells with both a published value and the default's row: the ones a fit is read over."""
+    return [c for c in cells if c["published"] is not None and c["default"] is not None]
+
+
 def _fit(cells: list[dict], which: str) -> float | None:
-    both = [c for c in cells if c["published"] is not None and c["default"] is not None]
+    both = _compared(cells)
     return sum(abs(c[which] - c["published"]) for c in both) / len(both) if both else None
 
 
 def _gain(cells: list[dict]) -> str:
     """How much nearer the published values the candidate is than the default, cell by cell (paired): the mean
     of |default - published| - |candidate - published| and, over two or more cells, its standard error."""
-    both = [c for c in cells if c["published"] is not None and c["default"] is not None]
-    d = [100 * (abs(c["default"] - c["published"]) - abs(c["ours"] - c["published"])) for c in both]
+    d = [100 * (abs(c["default"] - c["published"]) - abs(c["ours"] - c["published"])) for c in _compared(cells)]
     if not d:
         return "-"
     mean = sum(d) / len(d)
@@ -137,6 +142,7 @@ def together(found: list[Candidate]) -> list[Candidate]:
             "every method probed (" + ", ".join(c.method for c in cs) + ")",
             protocol,
             False,
+            joint=True,
             cells=[x for c in cs for x in c.cells],
         )
         for protocol, cs in groups.items()
@@ -181,13 +187,12 @@ def readings_section(probes: list[dict], main: list[dict], published: list, leve
     ]
     rows = []
     for c in found + together(found):
-        joint = c.method.startswith("every method")
         fit, fit_default = _fit(c.cells, "ours"), _fit(c.cells, "default")
-        compared = [x for x in c.cells if x["published"] is not None and x["default"] is not None]
+        compared = _compared(c.cells)
         nearer = sum(abs(x["ours"] - x["published"]) < abs(x["default"] - x["published"]) for x in compared)
         rows.append(
             [
-                (c.method if joint else f"`{c.method}`")
+                (c.method if c.joint else f"`{c.method}`")
                 + (", best round" if c.best_round else "")
                 + (" (the default)" if c.is_default and not c.best_round else ""),
                 f"`{c.protocol}`",
