@@ -144,9 +144,11 @@ def _head_job(spec, n=150, seed=0):
 
 
 def _train_counted(spec, job, monkeypatch, cache: bool, **counted):
+    from fedcond.engine import local_sgd
     from fedcond.engine.local_sgd import FEATURE_CACHE_ENV, cpu_model, train_job
 
     monkeypatch.setenv(FEATURE_CACHE_ENV, "1" if cache else "0")
+    monkeypatch.setattr(local_sgd, "_ROUNDS_DIFFERENTLY", set())  # what earlier models found stays with them
     model = cpu_model(spec)
     c = _Counted(model, **counted)
     model.features = c
@@ -173,7 +175,8 @@ def test_a_frozen_bodys_features_are_computed_once_per_job(monkeypatch):
     job = _head_job(spec)  # 150 samples: batches of 32 and 22
     cached, seen_cached = _train_counted(spec, job, monkeypatch, cache=True, per_sample=True)
     plain, seen_plain = _train_counted(spec, job, monkeypatch, cache=False, per_sample=True)
-    assert seen_plain == 3 * 150 and seen_cached == (4 * 32 + 32) + (32 + 22)
+    # the short batch (22) inside a full window first, the cache, then the full batch (the short one's is kept)
+    assert seen_plain == 3 * 150 and seen_cached == (22 + 32) + (4 * 32 + 32) + 32
     assert all(torch.equal(cached.params[k], plain.params[k]) for k in plain.params)
 
 
@@ -187,4 +190,23 @@ def test_features_that_depend_on_the_batch_or_on_chance_are_never_cached(monkeyp
     assert any(not torch.equal(res.params[k], job.params[k]) for k in job.params if "running_mean" in k)
     mnist = ModelSpec((1, 28, 28), 10)
     _, seen = _train_counted(mnist, _head_job(mnist), monkeypatch, cache=True, noise=1e-3)
-    assert seen == (4 * 32 + 32) + 32 + 3 * 150  # the cache and the first check, then every step
+    assert seen == (22 + 32) + 3 * 150  # the short batch's check fails before any cache is built, then every step
+
+
+def test_a_short_batch_that_rounds_differently_is_remembered(monkeypatch):
+    """Once a working model's short batch size is found to round differently, the next job with that size goes
+    per step without computing anything for the cache."""
+    from fedcond.engine import local_sgd
+    from fedcond.engine.local_sgd import FEATURE_CACHE_ENV, cpu_model, train_job
+
+    monkeypatch.setenv(FEATURE_CACHE_ENV, "1")
+    monkeypatch.setattr(local_sgd, "_ROUNDS_DIFFERENTLY", set())
+    spec = ModelSpec((1, 28, 28), 10)
+    model = cpu_model(spec)
+    counted = _Counted(model, noise=1e-3)
+    model.features = counted
+    job = _head_job(spec)
+    train_job(model, job, SGDConfig(batch_size=32))
+    assert counted.samples == (22 + 32) + 3 * 150
+    train_job(model, job, SGDConfig(batch_size=32))
+    assert counted.samples == 2 * ((22 + 32) + 3 * 150) - (22 + 32)  # the second job: every step, nothing else
