@@ -282,12 +282,45 @@ def test_kernels_match_stock_layers_on_real_valued_data(ext):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
 
 
-def test_film_model_keeps_its_modulated_first_conv(ext):
+def test_film_model_mixing_clients_modulates_as_a_step_of_its_own(ext):
     stock, fast = _integer_pair(3, film=True)
-    assert [b.kernel for b in fast.blocks] == ["pool", "pool"]  # the first block is modulated: not fused
+    assert [b.kernel for b in fast.blocks] == ["first", "conv_pool"]  # for batches where FiLM folds
     x = torch.randint(0, 3, (5, 1, 28, 28), dtype=torch.uint8)
     s = torch.randint(-1, 2, (5, 4)).float()
+    s[1] = s[0] + 1  # two clients in the batch: the modulation cannot fold into the conv
     assert torch.equal(stock.features(x, s), fast.features(x, s))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_film_folded_into_the_fused_kernels_is_exact_on_integer_data(ext, seed, monkeypatch):
+    """One client's batch: FiLM runs as the conv with modulated weights, through the fused kernels,
+    and equals the modulation as a step of its own (stock layers) exactly, forward and gradients."""
+    stock, fast = _integer_pair(seed, film=True)
+    x = torch.randint(0, 3, (13, 1, 28, 28), dtype=torch.uint8)
+    s = torch.randint(-1, 2, (1, 4)).float().expand(13, 4).clone()
+    calls = []
+    monkeypatch.setattr(cpu_kernels.FirstBlock, "apply", _counted(cpu_kernels.FirstBlock.apply, calls, "first"))
+    monkeypatch.setattr(cpu_kernels.ConvPoolReLU, "apply", _counted(cpu_kernels.ConvPoolReLU.apply, calls, "pool"))
+    monkeypatch.setenv("FEDCOND_FILM_FOLD", "0")
+    h_stock = stock.features(x, s)  # the stock layers never call the kernels
+    monkeypatch.delenv("FEDCOND_FILM_FOLD")
+    h_fast = fast.features(x, s)
+    assert calls == ["first", "pool"]
+    assert torch.equal(h_stock, h_fast)
+    g = torch.randint(-2, 3, h_stock.shape).float()
+    h_stock.backward(g)
+    h_fast.backward(g)
+    for (name, a), (_, b) in zip(stock.named_parameters(), fast.named_parameters()):
+        assert (a.grad is None) == (b.grad is None), name
+        assert a.grad is None or torch.equal(a.grad, b.grad), name
+
+
+def _counted(fn, calls: list, name: str):
+    def wrapped(*args):
+        calls.append(name)
+        return fn(*args)
+
+    return wrapped
 
 
 def test_engine_model_state_dict_is_the_plain_models(ext):

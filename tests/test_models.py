@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from fedcond.models import cifar_cnn, mnist_cnn, model_for
@@ -34,6 +35,42 @@ def test_film_starts_as_identity_and_learns_to_modulate():
     assert torch.allclose(m(x, torch.zeros(3, 8)), m(x, torch.randn(3, 8)))  # zero-initialised modulation
     torch.nn.init.normal_(m.film[0].weight)
     assert not torch.allclose(m(x, torch.zeros(3, 8)), m(x, torch.ones(3, 8)))
+
+
+@pytest.mark.parametrize("kernels", [False, True])
+def test_film_on_one_clients_batch_folds_into_the_conv(kernels, monkeypatch):
+    """Every sample with the same s: the modulation folds into the conv weights; the function and
+    every gradient are those of the modulation as a step of its own, to float rounding."""
+    torch.manual_seed(1)
+    m = mnist_cnn(10, 8, conditioning="film").to(memory_format=torch.channels_last)
+    for lin in m.film:
+        torch.nn.init.normal_(lin.weight, std=0.3)
+        torch.nn.init.normal_(lin.bias, std=0.3)
+    if kernels:
+        m.use_cpu_kernels()
+    x = torch.randint(0, 256, (9, 1, 28, 28), dtype=torch.uint8)
+    s, y = torch.randn(1, 8).expand(9, 8), torch.randint(0, 10, (9,))
+    grads = {}
+    for fold in ("1", "0"):
+        monkeypatch.setenv("FEDCOND_FILM_FOLD", fold)
+        m.zero_grad(set_to_none=True)
+        out = m(x, s)
+        torch.nn.functional.cross_entropy(out, y).backward()
+        grads[fold] = (out.detach(), {k: p.grad.clone() for k, p in m.named_parameters()})
+    (out1, g1), (out0, g0) = grads["1"], grads["0"]
+    assert torch.allclose(out1, out0, rtol=1e-5, atol=1e-5)
+    assert set(g1) == set(g0)
+    for k in g0:
+        assert torch.allclose(g1[k], g0[k], rtol=1e-4, atol=1e-6), k
+    assert g0["film.0.weight"].abs().sum() > 0  # the modulation is learned through the fold too
+
+
+def test_film_fold_needs_one_client_on_the_cpu():
+    from fedcond.models.cnn import _one_client
+
+    assert _one_client(torch.ones(5, 3)) and _one_client(torch.zeros(1, 3))
+    assert not _one_client(torch.tensor([[1.0, 2.0], [1.0, 2.5]]))
+    assert not _one_client(torch.full((2, 2), float("nan")))  # NaN is not equal to itself: no fold
 
 
 def test_model_for_picks_backbone():

@@ -3,12 +3,19 @@
 Conditioning:
 - concat (the paper): s is concatenated to the flattened conv features before the FC layers;
 - film (ablation): s predicts a per-channel (1 + gamma, beta) for every conv block's output.
+  Where every sample of a batch has the same s (one client's batch, as federated clients train and
+  every client is evaluated), the modulation is folded into the conv's weights and bias, so the
+  modulated block runs as one plain conv block (the compiled kernels included): the same function
+  to float rounding, without the two passes over the conv output forward and four backward
+  (FEDCOND_FILM_FOLD=0 keeps the modulation as a separate step).
 With stat_dim = 0 the network is the baselines' plain backbone.
 
 Dimension letters: B batch, C channels, H/W height/width, L statistics width, K classes.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn as nn
@@ -19,6 +26,17 @@ from . import cpu_kernels
 from .layers import Normalise
 
 CONDITIONINGS = ("concat", "film")
+FILM_FOLD_ENV = "FEDCOND_FILM_FOLD"  # "0": FiLM modulates the conv output as a step of its own
+
+
+def _one_client(s: torch.Tensor) -> bool:
+    """Whether FiLM can fold into the convs for this batch: every row of s [B, L] is the same (one
+    client's batch), on the CPU and outside torch.func transforms (the check reads the values)."""
+    if os.environ.get(FILM_FOLD_ENV, "1").strip() == "0" or s.device.type != "cpu":
+        return False
+    if torch._C._functorch.is_functorch_wrapped_tensor(s):
+        return False
+    return s.shape[0] == 1 or torch.equal(s, s[:1].expand_as(s))
 
 
 class ConditionedCNN(nn.Module):
@@ -55,12 +73,16 @@ class ConditionedCNN(nn.Module):
     def features(self, x: torch.Tensor, s: torch.Tensor | None = None) -> torch.Tensor:
         """The FC-hidden representation [B, hidden] (used by prototype methods)."""
         h = self.normalise(x)  # [B, C, H, W]
+        fold = self.film is not None and _one_client(s)
         for i, block in enumerate(self.blocks):
             if self.film is None:
                 h = block(h)
-                continue
-            gamma, beta = self.film[i](s).chunk(2, dim=1)  # [B, C_i] each
-            h = block.finish(block.conv(h) * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
+            elif fold and block.foldable:
+                gamma, beta = self.film[i](s[:1]).chunk(2, dim=1)  # [1, C_i] each: one client's
+                h = block.modulated(h, 1 + gamma[0], beta[0])
+            else:
+                gamma, beta = self.film[i](s).chunk(2, dim=1)  # [B, C_i] each
+                h = block.finish(block.conv(h) * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
         h = h.flatten(1)  # [B, flat]
         if self.stat_dim > 0 and self.conditioning == "concat":
             h = torch.cat([h, s.to(h.dtype)], dim=1)  # [B, flat + L]
@@ -68,14 +90,15 @@ class ConditionedCNN(nn.Module):
 
     def use_cpu_kernels(self) -> "ConditionedCNN":
         """Run the conv-pool-ReLU blocks through the compiled CPU kernels (models/cpu_kernels)
-        where each is built and was measured faster than the stock layers on this machine: without
-        FiLM, Conv 1->32 blocks as one kernel and Conv 32->64 blocks by Winograd; any other (or
-        FiLM-modulated) block gets the MaxPool-ReLU kernel; every other 3x3 conv of 32/64 channels
-        (the CIFAR CNN's, FiLM-modulated ones) runs by Winograd. Same parameters, state_dict and
-        function (to float rounding)."""
+        where each is built and was measured faster than the stock layers on this machine: Conv
+        1->32 blocks as one kernel and Conv 32->64 blocks by Winograd (for FiLM models, where the
+        modulation folds into the conv: one client's batch); any other block, and a FiLM block
+        modulated as a step of its own, gets the MaxPool-ReLU kernel; every other 3x3 conv of 32/64
+        channels (the CIFAR CNN's, FiLM-modulated ones) runs by Winograd. Same parameters,
+        state_dict and function (to float rounding)."""
         for i, block in enumerate(self.blocks):
             if isinstance(block.rest, _PoolReLU):
-                block.kernel = cpu_kernels.block_kernel(i == 0, block.conv, film=self.film is not None)
+                block.kernel = cpu_kernels.block_kernel(i == 0, block.conv)
         for m in self.modules():  # convs no block kernel covers: CIFAR's, FiLM-modulated ones
             if isinstance(m, _Conv2d):
                 m.winograd = cpu_kernels.winograd_on(m)
@@ -110,6 +133,26 @@ class _Block(nn.Module):
             return cpu_kernels.ConvPoolReLU.apply(h, self.conv.weight, self.conv.bias)
         return self.finish(self.conv(h))
 
+    @property
+    def foldable(self) -> bool:
+        """Whether a per-channel affine of the conv's output can fold into its weights: a plain conv
+        (the CIFAR CNN's blocks modulate after batch norm, which would need its own fold)."""
+        return isinstance(self.conv, _Conv2d)
+
+    def modulated(self, h: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """The block of finish(conv(h) * scale + shift) for one scale and shift [C_out] per batch
+        (FiLM on one client's batch), computed as the conv with weight * scale, bias * scale + shift:
+        the same function to float rounding, and the fused kernels run it like an unmodulated block.
+        The gradients reach the weights, scale and shift through the two small products."""
+        conv = self.conv
+        w = conv.weight * scale[:, None, None, None]  # [C_out, C_in, 3, 3]
+        b = conv.bias * scale + shift  # [C_out]
+        if self.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h, w, b):
+            return cpu_kernels.FirstBlock.apply(h, w, b)
+        if self.kernel == "conv_pool" and cpu_kernels.usable(h, w, b):
+            return cpu_kernels.ConvPoolReLU.apply(h, w, b)
+        return self.finish(conv.with_weights(h, w, b))
+
     def finish(self, h: torch.Tensor) -> torch.Tensor:
         """What follows the conv (and FiLM's modulation): the compiled pool kernel where switched on."""
         if (
@@ -126,9 +169,13 @@ class _Conv2d(nn.Conv2d):
     winograd = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.winograd and cpu_kernels.usable(x, self.weight, self.bias):
-            return cpu_kernels.WinogradConv.apply(x, self.weight, self.bias)
-        return super().forward(x)
+        return self.with_weights(x, self.weight, self.bias)
+
+    def with_weights(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """This conv with the given weight and bias (FiLM folds its modulation into them)."""
+        if self.winograd and cpu_kernels.usable(x, weight, bias):
+            return cpu_kernels.WinogradConv.apply(x, weight, bias)
+        return self._conv_forward(x, weight, bias)
 
 
 class _PoolReLU(nn.Sequential):

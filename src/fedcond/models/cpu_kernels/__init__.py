@@ -236,13 +236,14 @@ def first_block_fits(conv: torch.nn.Module) -> bool:
     return _plain_3x3(conv) and (conv.in_channels, conv.out_channels) == (1, 32)
 
 
-def block_kernel(first: bool, conv: torch.nn.Module, film: bool) -> str | None:
+def block_kernel(first: bool, conv: torch.nn.Module) -> str | None:
     """Which kernel runs a conv-pool-ReLU block: "first" (the whole first block of one input
-    channel), "conv_pool" (the whole block 32 -> 64), "pool" (pool and ReLU only; FiLM modulates
-    between conv and pool) or None (the stock layers): the first that fits and is enabled."""
-    if not film and first and first_block_fits(conv) and enabled("first_block"):
+    channel), "conv_pool" (the whole block 32 -> 64), "pool" (pool and ReLU only) or None (the
+    stock layers): the first that fits and is enabled. A FiLM block modulated as a step of its own
+    (not folded into the conv) uses only the pool kernel, whichever is named."""
+    if first and first_block_fits(conv) and enabled("first_block"):
         return "first"
-    if not film and conv_pool_fits(conv) and enabled("conv_pool"):
+    if conv_pool_fits(conv) and enabled("conv_pool"):
         return "conv_pool"
     return "pool" if enabled("pool_relu") else None
 
