@@ -71,6 +71,9 @@ def test_film_fold_needs_one_client_on_the_cpu():
     assert _one_client(torch.ones(5, 3)) and _one_client(torch.zeros(1, 3))
     assert not _one_client(torch.tensor([[1.0, 2.0], [1.0, 2.5]]))
     assert not _one_client(torch.full((2, 2), float("nan")))  # NaN is not equal to itself: no fold
+    assert not _one_client(torch.zeros(0, 3))
+    m = mnist_cnn(10, 3, conditioning="film")
+    assert m(torch.zeros(0, 1, 28, 28, dtype=torch.uint8), torch.zeros(0, 3)).shape == (0, 10)
 
 
 def test_model_for_picks_backbone():

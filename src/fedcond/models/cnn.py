@@ -36,7 +36,7 @@ def _one_client(s: torch.Tensor) -> bool:
         return False
     if torch._C._functorch.is_functorch_wrapped_tensor(s):
         return False
-    return s.shape[0] == 1 or torch.equal(s, s[:1].expand_as(s))
+    return s.shape[0] == 1 or (s.shape[0] > 1 and torch.equal(s, s[:1].expand_as(s)))  # an empty batch: no fold
 
 
 class ConditionedCNN(nn.Module):
