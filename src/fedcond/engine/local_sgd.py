@@ -272,9 +272,12 @@ def frozen_features(
     by_size: dict[int, np.ndarray] = {}
     for b in batches:
         by_size.setdefault(len(b), b)
+
     # a short batch size found to round differently stays so in this process: go per step at once next time
-    known = [(id(model), type(arithmetic).__name__, len(b), size) for b in by_size.values() if len(b) < size]
-    if any(k in _ROUNDS_DIFFERENTLY for k in known):
+    def rounding_key(length: int) -> tuple:
+        return id(model), type(arithmetic).__name__, length, size
+
+    if any(rounding_key(length) in _ROUNDS_DIFFERENTLY for length in by_size if length < size):
         return None
     direct: dict[int, torch.Tensor] = {}
     with torch.random.fork_rng(devices=[]), torch.no_grad(), arithmetic:
@@ -285,7 +288,7 @@ def frozen_features(
             direct[len(b)] = model.features(x_all[idx], s_of(idx))
             full = torch.from_numpy(np.concatenate([b, np.setdiff1d(np.arange(n), b)[: size - len(b)]]))
             if not torch.equal(direct[len(b)], model.features(x_all[full], s_of(full))[: len(b)]):
-                _ROUNDS_DIFFERENTLY.add((id(model), type(arithmetic).__name__, len(b), size))
+                _ROUNDS_DIFFERENTLY.add(rounding_key(len(b)))
                 return None
         z = torch.cat([model.features(x_all[a:b], s_of(slice(a, b)))[keep:] for a, b, keep in windows])
         for length, b in by_size.items():

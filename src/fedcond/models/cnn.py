@@ -126,12 +126,19 @@ class _Block(nn.Module):
         )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """The unmodulated block; "first": conv, pool and ReLU in one kernel (its input is the data)."""
-        if self.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h, self.conv.weight, self.conv.bias):
-            return cpu_kernels.FirstBlock.apply(h, self.conv.weight, self.conv.bias)
-        if self.kernel == "conv_pool" and cpu_kernels.usable(h, self.conv.weight, self.conv.bias):
-            return cpu_kernels.ConvPoolReLU.apply(h, self.conv.weight, self.conv.bias)
-        return self.finish(self.conv(h))
+        """The unmodulated block."""
+        if not self.foldable:
+            return self.finish(self.conv(h))
+        return self._with_weights(h, self.conv.weight, self.conv.bias)
+
+    def _with_weights(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """The block with its conv's weight and bias given: "first": conv, pool and ReLU in one kernel (its
+        input is the data); "conv_pool": the fused Winograd block; else the conv, then `finish`."""
+        if self.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h, w, b):
+            return cpu_kernels.FirstBlock.apply(h, w, b)
+        if self.kernel == "conv_pool" and cpu_kernels.usable(h, w, b):
+            return cpu_kernels.ConvPoolReLU.apply(h, w, b)
+        return self.finish(self.conv.with_weights(h, w, b))
 
     @property
     def foldable(self) -> bool:
@@ -144,14 +151,8 @@ class _Block(nn.Module):
         (FiLM on one client's batch), computed as the conv with weight * scale, bias * scale + shift:
         the same function to float rounding, and the fused kernels run it like an unmodulated block.
         The gradients reach the weights, scale and shift through the two small products."""
-        conv = self.conv
-        w = conv.weight * scale[:, None, None, None]  # [C_out, C_in, 3, 3]
-        b = conv.bias * scale + shift  # [C_out]
-        if self.kernel == "first" and not h.requires_grad and cpu_kernels.usable(h, w, b):
-            return cpu_kernels.FirstBlock.apply(h, w, b)
-        if self.kernel == "conv_pool" and cpu_kernels.usable(h, w, b):
-            return cpu_kernels.ConvPoolReLU.apply(h, w, b)
-        return self.finish(conv.with_weights(h, w, b))
+        w = self.conv.weight * scale[:, None, None, None]  # [C_out, C_in, 3, 3]
+        return self._with_weights(h, w, self.conv.bias * scale + shift)
 
     def finish(self, h: torch.Tensor) -> torch.Tensor:
         """What follows the conv (and FiLM's modulation): the compiled pool kernel where switched on."""
