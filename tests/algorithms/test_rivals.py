@@ -133,9 +133,14 @@ def test_pfedhn_step_descends_along_the_clients_deltas(digits):
     order = H.steps_of_round(ctx, 0, 0x9FED, 2)[0]
     net = H.skeleton(alg.builder(ctx))
     leaves = {k: v.clone().requires_grad_() for k, v in phi.items()}
-    thetas = [H.call(net, {k: v for k, v in leaves.items() if k != "embeddings"}, leaves["embeddings"][i]) for i in order]
-    for theta, job in zip(thetas, jobs):  # each client was sent h(v_i; phi)
+    hyper = {k: v for k, v in leaves.items() if k != "embeddings"}
+    batch = H.call(net, hyper, leaves["embeddings"][list(order)])  # the step's clients generated together
+    thetas = [{k: t[j] for k, t in batch.items()} for j in range(len(order))]
+    for i, theta, job in zip(order, thetas, jobs):  # each client was sent h(v_i; phi)
         assert all(torch.equal(theta[k].detach(), job.params[k]) for k in theta)
+        one = H.call(net, hyper, leaves["embeddings"][i])  # the same model generated alone, to rounding
+        for k in theta:
+            torch.testing.assert_close(one[k].detach(), theta[k].detach(), rtol=1e-6, atol=1e-7)
     deltas = [{k: theta[k].detach() - res.params[k] for k in theta} for theta, res in zip(thetas, results)]
     g = H.vjp(thetas, deltas, leaves)
     g = H.clip({k: v / 2 for k, v in g.items()}, alg.max_grad_norm)
@@ -165,9 +170,12 @@ def test_pefll_descriptor_is_permutation_invariant_and_a_newcomer_is_one_forward
         expected = H.call(net, {k[6:]: t for k, t in params.items() if k.startswith("hyper.")},
                           alg.descriptor(ctx, params, scale, newcomer.x_train, newcomer.y_train))
     assert _equal(served, expected)
-    # a training client's model is the same forward pass on its own data
+    # a training client's model is the same forward pass on its own data (generated among the others: to rounding)
     with torch.no_grad():
-        assert _equal(state.models[0], alg.generate(ctx, params, scale, c.x_train, c.y_train))
+        alone = alg.generate(ctx, params, scale, c.x_train, c.y_train)
+    assert state.models[0].keys() == alone.keys()
+    for k in alone:
+        torch.testing.assert_close(state.models[0][k], alone[k], rtol=1e-6, atol=1e-7)
 
 
 def test_pefll_gradient_reaches_the_embedding_network(digits):
@@ -223,54 +231,90 @@ def test_rivals_hyperparameters_by_name():
     assert dataclasses.asdict(PeFLL())["clients_per_step"] == 5
 
 
-def _sgd_as_written(params, grads, buf, lr, momentum, weight_decay):
-    """hypernet.sgd_step's three lines, one temporary per operation (the step before stop 61)."""
-    new_p, new_b = {}, {}
-    for k, p in params.items():
-        g = grads[k] + weight_decay * p if weight_decay else grads[k]
-        b = g.clone() if buf is None else momentum * buf[k] + g
-        new_b[k] = b
-        new_p[k] = p - (lr[k] if isinstance(lr, dict) else lr) * (b if momentum else g)
-    return new_p, new_b
-
-
-def _adam_as_written(params, grads, state, lr, betas=(0.9, 0.999), eps=1e-8):
-    t = 1 if state is None else state["t"] + 1
-    m = {k: (1 - betas[0]) * g if state is None else betas[0] * state["m"][k] + (1 - betas[0]) * g
-         for k, g in grads.items()}
-    v = {k: (1 - betas[1]) * g * g if state is None else betas[1] * state["v"][k] + (1 - betas[1]) * g * g
-         for k, g in grads.items()}
-    c1, c2 = 1 - betas[0] ** t, 1 - betas[1] ** t
-    return {k: p - lr * (m[k] / c1) / ((v[k] / c2).sqrt() + eps) for k, p in params.items()}, {"t": t, "m": m, "v": v}
-
-
-def test_server_steps_are_their_formulas_bitwise_and_leave_their_inputs_alone():
-    """The in-place arithmetic of hypernet.sgd_step / adam_step computes what the formulas say, bit for bit,
-    over three steps (first step included), and follows torch.optim.SGD to rounding."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_server_steps_are_torch_optimisers_steps_in_place(monkeypatch, fused):
+    """hypernet.sgd_step / adam_step are torch.optim.SGD's / Adam's steps bit for bit (the fused kernel, or with
+    FEDCOND_FUSED_SERVER_STEP=0 the single-tensor step), over three steps, first included, with per-name rates;
+    they update the parameters and the optimiser state in place and leave the gradients alone."""
+    monkeypatch.setenv(H.FUSED_ENV, "1" if fused else "0")
+    if fused and not H.fused("cpu"):
+        pytest.skip("this torch has no fused CPU optimiser kernels")
     gen = torch.Generator().manual_seed(0)
     shapes = {"w": (7, 5), "b": (5,)}
     params = {k: torch.randn(s, generator=gen) for k, s in shapes.items()}
     grads = [{k: torch.randn(s, generator=gen) for k, s in shapes.items()} for _ in range(3)]
-    frozen = {k: v.clone() for k, v in params.items()}
     grads_before = [{k: v.clone() for k, v in g.items()} for g in grads]
+    flags = {"fused": True} if fused else {"foreach": False}
     for lr, momentum, wd in ((1e-2, 0.9, 1e-3), ({"w": 0.1, "b": 0.2}, 0.0, 0.0), (5e-3, 0.9, 0.0)):
-        p_ours, p_ref, b_ours, b_ref = params, params, None, None
+        ours, buf = {k: v.clone() for k, v in params.items()}, None
+        w = {k: v.clone().requires_grad_() for k, v in params.items()}
+        rates = lr if isinstance(lr, dict) else dict.fromkeys(w, lr)
+        opt = torch.optim.SGD([{"params": [w[k]], "lr": rates[k]} for k in w], lr=1.0, momentum=momentum,
+                              weight_decay=wd, **flags)
         for g in grads:
-            p_ours, b_ours = H.sgd_step(p_ours, g, b_ours, lr, momentum, wd)
-            p_ref, b_ref = _sgd_as_written(p_ref, g, b_ref, lr, momentum, wd)
-            assert _equal(p_ours, p_ref) and _equal(b_ours, b_ref)
-        if not isinstance(lr, dict):
-            w = {k: v.clone().requires_grad_() for k, v in params.items()}
-            opt = torch.optim.SGD(list(w.values()), lr=lr, momentum=momentum, weight_decay=wd, foreach=False)
-            for g in grads:
-                for k in w:
-                    w[k].grad = g[k].clone()
-                opt.step()
+            stepped, buf = H.sgd_step(ours, g, buf, lr, momentum, wd)
+            assert stepped is ours  # in place
             for k in w:
-                torch.testing.assert_close(w[k].detach(), p_ours[k])
-    a_ours, a_ref, s_ours, s_ref = params, params, None, None
-    for g in grads:
-        a_ours, s_ours = H.adam_step(a_ours, g, s_ours, 2e-4)
-        a_ref, s_ref = _adam_as_written(a_ref, g, s_ref, 2e-4)
-        assert _equal(a_ours, a_ref) and _equal(s_ours["m"], s_ref["m"]) and _equal(s_ours["v"], s_ref["v"])
-    assert _equal(params, frozen) and all(_equal(g, before) for g, before in zip(grads, grads_before))
+                w[k].grad = g[k].clone()
+            opt.step()
+            assert _equal(ours, {k: v.detach() for k, v in w.items()})
+            if momentum:
+                assert _equal(buf, {k: opt.state[w[k]]["momentum_buffer"] for k in w})
+            else:
+                assert buf is None
+    ours, state = {k: v.clone() for k, v in params.items()}, None
+    w = {k: v.clone().requires_grad_() for k, v in params.items()}
+    opt = torch.optim.Adam(list(w.values()), lr=2e-4, **flags)
+    for t, g in enumerate(grads, 1):
+        stepped, state = H.adam_step(ours, g, state, 2e-4)
+        assert stepped is ours and state["t"] == t
+        for k in w:
+            w[k].grad = g[k].clone()
+        opt.step()
+        assert _equal(ours, {k: v.detach() for k, v in w.items()})
+        assert _equal(state["m"], {k: opt.state[w[k]]["exp_avg"] for k in w})
+        assert _equal(state["v"], {k: opt.state[w[k]]["exp_avg_sq"] for k in w})
+    assert all(_equal(g, before) for g, before in zip(grads, grads_before))
+
+
+@pytest.mark.parametrize("name", ["pFedHN", "PeFLL"])
+def test_hypernetwork_rounds_leave_the_state_they_were_given_alone(digits, name):
+    """The server's steps update in place, on the round's own copy: the state a round starts from is unchanged
+    (an earlier State stays valid), and two rounds from it give the same result."""
+    alg = make_algorithm(name)
+    ctx = recorded_ctx(digits, alg)
+    state = alg.round(ctx, alg.init(ctx), 0)  # momentum / Adam's moments exist from here on
+    key = "phi" if name == "pFedHN" else "params"
+    before = {k: v.clone() for k, v in state.extra[key].items()}
+    moments = state.extra["momentum" if name == "pFedHN" else "adam"]
+    moments_before = {k: v.clone() for k, v in (moments if name == "pFedHN" else moments["m"]).items()}
+    one, two = alg.round(ctx, state, 1), alg.round(ctx, state, 1)
+    assert _equal(state.extra[key], before)
+    assert _equal(moments if name == "pFedHN" else moments["m"], moments_before)
+    assert _equal(one.extra[key], two.extra[key]) and not _equal(one.extra[key], before)
+
+
+def test_pefll_embedding_adds_the_label_planes_as_a_bias_the_same_function_as_convolving_them():
+    """EmbedNet's conv1 over [x, one-hot planes] is computed as conv1 over x plus each label's kernel sum:
+    the literal concatenation gives the same embeddings and the same gradients, to rounding."""
+    from fedcond.algorithms.pefll import EmbedNet
+
+    torch.manual_seed(0)
+    for shape in ((1, 28, 28), (3, 32, 32)):
+        net = EmbedNet(shape, 10, 6, (0.5,) * shape[0], (0.25,) * shape[0])
+        x = torch.randint(0, 256, (9, *shape), dtype=torch.uint8)
+        y = torch.randint(0, 10, (9,))
+
+        def literal(net=net, x=x, y=y):
+            z = (x.float() / 255.0 - 0.5) / 0.25
+            onehot = torch.nn.functional.one_hot(y, 10).float()[:, :, None, None].expand(-1, -1, *z.shape[2:])
+            h = torch.nn.functional.max_pool2d(torch.relu(net.conv1(torch.cat([z, onehot], dim=1))), 2)
+            h = torch.nn.functional.max_pool2d(torch.relu(net.conv2(h)), 2).flatten(1)
+            return net.fc3(torch.relu(net.fc2(torch.relu(net.fc1(h)))))
+
+        ours, ref = net(x, y), literal()
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+        g_ours = torch.autograd.grad(ours.square().sum(), list(net.parameters()))
+        g_ref = torch.autograd.grad(ref.square().sum(), list(net.parameters()))
+        for a, b in zip(g_ours, g_ref):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

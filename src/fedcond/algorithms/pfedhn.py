@@ -88,21 +88,17 @@ class PFedHN(Algorithm):
 
     def models(self, ctx: Context, phi: Params, held: list[Params]) -> tuple[Params, ...]:
         """Every client's model h(v_i; phi), with the buffers it holds."""
-        net, hyper = H.skeleton(self.builder(ctx)), _hyper(phi)
-        with torch.no_grad():
-            return tuple(
-                {**H.buffers(w, H.target_shapes(ctx.spec(False))), **H.call(net, hyper, phi["embeddings"][i])}
-                for i, w in enumerate(held)
-            )
+        return H.generated(H.skeleton(self.builder(ctx)), _hyper(phi), phi["embeddings"], held)
 
     def round(self, ctx: Context, state: State, r: int) -> State:
-        phi, momentum = state.extra["phi"], state.extra["momentum"]
+        # the round's own copy of phi and the momentum, which the steps update in place
+        phi, momentum = H.owned(state.extra["phi"]), H.owned(state.extra["momentum"])
         net, sgd = H.skeleton(self.builder(ctx)), H.inner_sgd(ctx, self.inner_lr, self.inner_wd, self.max_grad_norm)
         held, done = list(state.models), {}
         for group in H.steps_of_round(ctx, r, PFEDHN, self.clients_per_step):
             leaves = {k: v.detach().requires_grad_() for k, v in phi.items()}
-            thetas = [H.call(net, _hyper(leaves), leaves["embeddings"][i]) for i in group]
-            grads, results = H.round_trip(ctx, group, thetas, held, leaves, sgd, r)
+            batch = H.call(net, _hyper(leaves), leaves["embeddings"][list(group)])  # [G, ...]
+            grads, results = H.round_trip(ctx, group, batch, held, leaves, sgd, r)
             if grads is None:
                 continue
             phi, momentum = H.sgd_step(
@@ -125,6 +121,7 @@ class PFedHN(Algorithm):
         net, hyper = H.skeleton(self.builder(ctx)), _hyper(phi)
         sgd = H.inner_sgd(ctx, self.inner_lr, self.inner_wd, self.max_grad_norm)
         v = H.seeded_params(lambda: nn.Embedding(1, self.dim(ctx)), ctx.seed, NEWCOMER, client_id)["weight"][0]  # [E]
+        # v is this function's own tensor: the steps update it in place
         held, buf = H.buffers(ctx.init_params(False), H.target_shapes(ctx.spec(False))), None
         for t in range(ctx.rounds if self.newcomer_steps is None else self.newcomer_steps):
             leaf = {"v": v.detach().requires_grad_()}
