@@ -14,6 +14,7 @@ from .fedprox import FedProx
 from .fedrep import FedRep
 from .gossip import Gossip
 from .ifca import IFCA
+from .oracle_fedavg import OracleFedAvg
 from .pefll import PeFLL
 from .pfedhn import PFedHN
 from .pooled import Conditional, Local, Oracle
@@ -32,6 +33,7 @@ ALGORITHMS: dict[str, type] = {
     # variants
     "Conditional-FedAvg": ConditionalFedAvg,
     "DAC-loss": DACLoss,
+    "Oracle-FedAvg": OracleFedAvg,  # FedAvg within each true cluster: the federated ceiling
     # federated optimisers (also JDFL's bases)
     "FedProx": FedProx,
     "SCAFFOLD": Scaffold,
