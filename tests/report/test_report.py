@@ -545,3 +545,32 @@ def test_an_explanations_head_is_its_first_clause_without_a_parenthesis_left_ope
     assert explanation_head("Reading of the loader (issue 40; dropped, seed 0): .85") == "Reading of the loader"
     assert explanation_head("reading of Ditto's epochs (issue 40): .73") == "reading of Ditto's epochs (issue 40)"
     assert explanation_head("the grouping (FMNIST (K=5)); more") == "the grouping (FMNIST (K=5))"
+
+
+def test_newcomers_summary_reads_a_gap_to_oracle_against_the_federated_ceiling(tmp_path):
+    """Where Oracle-FedAvg ran, the deployable Conditional's gap to it and the ceiling's own gap to Oracle
+    are said per configuration, and an oracle is never 'the best method'."""
+    con = results.connect(tmp_path / "r.sqlite")
+    ceiling = "Oracle-FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)"
+    scores = {"Oracle": (0.924, 0.92), "Conditional-FedAvg": (0.886, 0.88), ceiling: (0.90, 0.93), "FedAvg": (0.68, 0.67)}
+    for method, (seen, unseen) in scores.items():
+        results.save_run(con, family="E1", dataset="fmnist", scenario={}, method=method, seed=0,
+                         protocol={"statistic": "class_means", "holdout_clients": 1},
+                         result=FakeResult(seen, weighted_accuracy=seen, extra={"unseen_accuracy": unseen}),
+                         experiment="E1/fmnist/K=2/super_sparse",
+                         protocol_name="paper[statistic=class_means,holdout_clients=1]")
+    con.close()
+    section = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text().split("## Clients never seen")[1]
+    assert "- Best method other than Oracle on the newcomers (unseen): Conditional-FedAvg on 1 of 1." in section
+    assert (f"- Conditional-FedAvg against the federated ceiling {ceiling} (FedAvg within each true cluster), seen: "
+            "E1/fmnist/K=2/super_sparse -1.4 pp (the ceiling against Oracle -2.4 pp).") in section
+    assert "unseen: E1/fmnist/K=2/super_sparse -5.0 pp (the ceiling against Oracle +1.0 pp)." in section
+
+
+def test_a_long_method_name_is_broken_at_its_commas_in_figures():
+    from fedcond.report.figures import method_label
+
+    assert method_label("FedAvg") == "FedAvg"
+    label = method_label("Oracle-FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)")
+    assert label.replace("\n", "") == "Oracle-FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)"
+    assert max(len(line) for line in label.splitlines()) <= 24

@@ -71,8 +71,25 @@ def _save(fig: Figure, path: Path) -> None:
     fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata={"Software": None})
 
 
+def method_label(m: str, width: int = 24) -> str:
+    """A method's name as a figure shows it: a long one broken after its '(' and its commas, so that a
+    probe's hyper-parameters (`Oracle-FedAvg(server_opt=momentum,...)`) do not squeeze the axes to nothing."""
+    if len(m) <= width or "(" not in m:
+        return m
+    head, args = m.split("(", 1)
+    lines, line = [head + "("], ""
+    for part in args.split(","):
+        piece = part if not line else "," + part
+        if line and len(line) + len(piece) > width:
+            lines.append(line + ",")
+            line = part
+        else:
+            line += piece
+    return "\n".join(lines + [line])
+
+
 def _style_legend(methods: list[str], published: bool, error_bars: bool) -> list:
-    handles = [Line2D([], [], color=colour(m), linewidth=2, label=m) for m in methods]
+    handles = [Line2D([], [], color=colour(m), linewidth=2, label=method_label(m)) for m in methods]
     handles.append(
         Line2D(
             [],
@@ -336,7 +353,7 @@ def heatmap(tables, protocol, cells) -> tuple[Figure | None, str]:
                         fontsize=7,
                         color="white" if grid[i, j] < 55 else "black",
                     )
-    ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
+    ax.set_xticks(range(len(methods)), [method_label(m) for m in methods], rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(len(exps)), exps, fontsize=8)
     ax.set_xlabel("method")
     ax.set_ylabel("experiment")

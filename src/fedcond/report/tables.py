@@ -449,7 +449,8 @@ def newcomers_summary(groups: dict[tuple, list[dict]], within: float = 0.015) ->
     for which, index in (("the training clients (seen)", 0), ("the newcomers (unseen)", 1)):
         wins: dict[str, list[str]] = {}
         for (exp, _), methods in configs.items():
-            scored = {m: v[index] for m, v in methods.items() if v[index] is not None and m != "Oracle"}
+            # the oracles (Oracle, Oracle-FedAvg) know the clusters: never "the best method"
+            scored = {m: v[index] for m, v in methods.items() if v[index] is not None and not m.startswith("Oracle")}
             if scored:
                 best = max(scored.values())
                 for m, v in scored.items():
@@ -480,6 +481,30 @@ def newcomers_summary(groups: dict[tuple, list[dict]], within: float = 0.015) ->
                 f"{pp(worst[0])} on {worst[1]} ({worst[2]})."
             )
             lines.append(_losses_to_rivals(m, which, index, configs))
+    lines += _against_federated_ceiling(deployable, configs)
+    return lines
+
+
+def _against_federated_ceiling(deployable: list[str], configs: dict) -> list[str]:
+    """Where an Oracle-FedAvg ran (FedAvg within each true cluster, the same rounds): the deployable
+    Conditional's gap to it and its own gap to Oracle, so that a gap to Oracle can be read as the cost of
+    training federated within the budget (the ceiling's gap) or as the conditioning's (the rest)."""
+    ceilings = sorted({c for v in configs.values() for c in v if c.startswith("Oracle-FedAvg")}, key=method_order)
+    lines = []
+    for c in ceilings:
+        for m in deployable:
+            for which, index in (("seen", 0), ("unseen", 1)):
+                pairs = [
+                    (exp, v[m][index] - v[c][index], v[c][index] - v["Oracle"][index])
+                    for (exp, _), v in configs.items()
+                    if m in v and c in v and None not in (v[m][index], v[c][index], v["Oracle"][index])
+                ]
+                if pairs:
+                    lines.append(
+                        f"- {m} against the federated ceiling {c} (FedAvg within each true cluster), {which}: "
+                        + "; ".join(f"{exp} {pp(g)} (the ceiling against Oracle {pp(o)})" for exp, g, o in pairs)
+                        + "."
+                    )
     return lines
 
 
