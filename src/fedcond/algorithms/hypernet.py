@@ -113,10 +113,10 @@ def _fused_supported(device: str) -> bool:
     try:
         p, g = torch.zeros(2, device=device), torch.ones(2, device=device)
         torch_sgd([p], [g], [None], fused=True, weight_decay=0.0, momentum=0.9, lr=0.1, dampening=0.0,
-                            nesterov=False, maximize=False)  # fmt: skip
+                  nesterov=False, maximize=False)  # fmt: skip
         m, v, t = torch.zeros_like(p), torch.zeros_like(p), torch.zeros((), device=device)
         torch_adam([p], [g], [m], [v], [], [t], fused=True, amsgrad=False, beta1=0.9, beta2=0.999,
-                              lr=0.1, weight_decay=0.0, eps=1e-8, maximize=False)  # fmt: skip
+                   lr=0.1, weight_decay=0.0, eps=1e-8, maximize=False)  # fmt: skip
         return True
     except (RuntimeError, TypeError):
         return False
