@@ -75,15 +75,19 @@ class DroppingEngine(LoopEngine):
 
 
 class RecordingEngine(LoopEngine):
-    """The loop engine, keeping every (spec, job) it is sent: what a method's rounds ask the clients to run."""
+    """The loop engine, keeping every (spec, job) it is sent (what a method's rounds ask the clients to run)
+    and every call's (jobs, results) (what the clients sent back)."""
 
     def __init__(self, sgd):
         super().__init__(sgd)
         self.sent: list[tuple] = []
+        self.calls: list[tuple] = []
 
     def train(self, spec, jobs):
         self.sent += [(spec, job) for job in jobs]
-        return super().train(spec, jobs)
+        results = super().train(spec, jobs)
+        self.calls.append((jobs, results))
+        return results
 
 
 def small_e1_scenario():

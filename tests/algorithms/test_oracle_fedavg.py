@@ -4,43 +4,28 @@ clients' replies, every client trained from its cluster's model; a newcomer gets
 import numpy as np
 import pytest
 import torch
+from fedcond_testing import RecordingEngine, small_e1_scenario
 
-from fedcond import data
 from fedcond.algorithms import make_algorithm
-from fedcond.engine import LoopEngine, SGDConfig, weighted_average
+from fedcond.engine import SGDConfig, weighted_average
 from fedcond.errors import FedcondError
 from fedcond.protocol import Protocol
-from fedcond.scenarios import make_scenario
 from fedcond.simulate import make_context, run_method
 
 PROTOCOL = Protocol(epochs=2, batch_size=32)
 
 
 @pytest.fixture(scope="module")
-def digits():
-    """E1 on the embedded digits, K=2, 3 clients per cluster."""
-    return make_scenario("E1", "digits", lambda n: data.load("digits"), k=2, clients_per_cluster=3, seed=0)
+def scenario():
+    """E1, K=2, 3 clients per cluster (fedcond_testing's small tagged dataset)."""
+    return small_e1_scenario()
 
 
-class Recorder:
-    def __init__(self, engine):
-        self.engine, self.calls = engine, []
-
-    @property
-    def sgd(self):
-        return self.engine.sgd
-
-    def train(self, spec, jobs):
-        results = self.engine.train(spec, jobs)
-        self.calls.append((jobs, results))
-        return results
-
-
-def test_a_round_is_fedavg_within_each_cluster(digits):
+def test_a_round_is_fedavg_within_each_cluster(scenario):
     alg = make_algorithm("Oracle-FedAvg(local_epochs=2)")
-    ctx = make_context(digits, alg, PROTOCOL, seed=0, engine=Recorder(LoopEngine(SGDConfig(0.01, 0.9, 32))))
+    ctx = make_context(scenario, alg, PROTOCOL, seed=0, engine=RecordingEngine(SGDConfig(0.01, 0.9, 32)))
     state = alg.init(ctx)
-    cluster = digits.truth.cluster
+    cluster = scenario.truth.cluster
     assert state.assignment == tuple(int(c) for c in cluster) and len(state.models) == 2
     new = alg.round(ctx, state, 0)
     ((jobs, results),) = ctx.engine.calls
@@ -53,15 +38,15 @@ def test_a_round_is_fedavg_within_each_cluster(digits):
         assert all(torch.equal(new.models[k][n], expected[n]) for n in expected)
 
 
-def test_server_momentum_keeps_one_state_per_cluster(digits):
+def test_server_momentum_keeps_one_state_per_cluster(scenario):
     alg = make_algorithm("Oracle-FedAvg(server_opt=momentum,server_momentum=0.5)")
-    ctx = make_context(digits, alg, PROTOCOL, seed=0)
+    ctx = make_context(scenario, alg, PROTOCOL, seed=0)
     state = alg.round(ctx, alg.round(ctx, alg.init(ctx), 0), 1)
     assert len(state.extra["server"]) == 2 and state.round == 2
 
 
-def test_needs_the_clusters_and_serves_a_newcomer_its_clusters_model(digits):
-    res = run_method(digits, "Oracle-FedAvg", Protocol(epochs=1, batch_size=32, holdout_clients=1), seed=0)
+def test_needs_the_clusters_and_serves_a_newcomer_its_clusters_model(scenario):
+    res = run_method(scenario, "Oracle-FedAvg", Protocol(epochs=1, batch_size=32, holdout_clients=1), seed=0)
     assert len(res.per_client) == 4 and 0.0 <= res.extra["unseen_accuracy"] <= 1.0
     with pytest.raises(FedcondError):
         make_algorithm("Oracle-FedAvg(local_epochs=0)")

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 import torch.nn as nn
+from fedcond_testing import RecordingEngine
 
 from fedcond import data
 from fedcond.algorithms import make_algorithm
@@ -18,7 +19,7 @@ from fedcond.algorithms.fedavg_ft import FedAvgFT
 from fedcond.algorithms.fedrep import FedRep, head_names
 from fedcond.algorithms.pefll import PeFLL
 from fedcond.algorithms.pfedhn import PFedHN
-from fedcond.engine import LoopEngine, SGDConfig, weighted_average
+from fedcond.engine import SGDConfig, weighted_average
 from fedcond.holdout import hold_out
 from fedcond.protocol import Protocol
 from fedcond.scenarios import make_scenario
@@ -33,25 +34,9 @@ def digits():
     return make_scenario("E1", "digits", lambda n: data.load("digits"), k=2, clients_per_cluster=2, seed=0)
 
 
-class Recorder:
-    """An engine that keeps every (jobs, results) it was asked for: what the clients sent back."""
-
-    def __init__(self, engine):
-        self.engine, self.calls = engine, []
-
-    @property
-    def sgd(self):
-        return self.engine.sgd
-
-    def train(self, spec, jobs):
-        results = self.engine.train(spec, jobs)
-        self.calls.append((jobs, results))
-        return results
-
-
 def recorded_ctx(scenario, alg, protocol=PROTOCOL):
     return make_context(scenario, alg, protocol, seed=0,
-                        engine=Recorder(LoopEngine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size))))
+                        engine=RecordingEngine(SGDConfig(protocol.lr, protocol.momentum, protocol.batch_size)))
 
 
 def _equal(a, b):

@@ -149,7 +149,7 @@ def sgd_step(
     torch's own implementation (torch.optim.sgd.sgd): its fused kernel where this torch has one for the device,
     one pass over each tensor, else its single-tensor step. The hypernetwork has 42.6 M weights (170 MB), and
     the step written as functions of new tensors made about 15 passes over them (0.067 s against 0.016 fused,
-    AMD EPYC Zen 4; benchmarks/hypernet_step.py). A round updates its own copy (`owned`)."""
+    AMD EPYC Zen 4; benchmarks/hypernet_server.py). A round updates its own copy (`owned`)."""
     names = list(params)
     bufs: list = [None] * len(names) if buf is None else [buf[k] for k in names]
     rates = {k: lr[k] if isinstance(lr, dict) else lr for k in names}
