@@ -179,33 +179,40 @@ def _build() -> dict[str, Experiment]:
             )
         out[exp.name] = exp
 
-    img = ("mnist", "fmnist", "cifar10")
-    sweep = [s for s in SPARSITY]
-    for d in img:  # E1
-        for k in (2, 3, 5, 10):
+    def k_sweep(family: str, dataset: str, ks: tuple[int, ...], table: str) -> None:
+        """A family's K sweep at 5 clients per cluster (rich)."""
+        for k in ks:
             add(
                 Experiment(
-                    f"E1/{d}/K={k}/rich",
-                    "E1",
-                    d,
+                    f"{family}/{dataset}/K={k}/rich",
+                    family,
+                    dataset,
                     k=k,
                     clients_per_cluster=5,
-                    tables=("X",),
-                    paper_setting={"X": f"K={k}"},
+                    tables=(table,),
+                    paper_setting={table: f"K={k}"},
                 )
             )
-        for s in sweep:
+
+    def sparsity_sweep(family: str, dataset: str, table: str) -> None:
+        """A family's K=2 sparsity sweep, rich to super sparse (rich shares its name with the K sweep's)."""
+        for s, per_cluster in SPARSITY.items():
             add(
                 Experiment(
-                    f"E1/{d}/K=2/{s}",
-                    "E1",
-                    d,
+                    f"{family}/{dataset}/K=2/{s}",
+                    family,
+                    dataset,
                     k=2,
-                    clients_per_cluster=SPARSITY[s],
-                    tables=("XI",),
-                    paper_setting={"XI": f"K=2,{s}"},
+                    clients_per_cluster=per_cluster,
+                    tables=(table,),
+                    paper_setting={table: f"K=2,{s}"},
                 )
             )
+
+    img = ("mnist", "fmnist", "cifar10")
+    for d in img:
+        k_sweep("E1", d, (2, 3, 5, 10), "X")
+        sparsity_sweep("E1", d, "XI")
     add(
         Experiment(
             "E1/cifar100/K=20/rich",
@@ -217,31 +224,9 @@ def _build() -> dict[str, Experiment]:
             paper_setting={"XII": "K=20"},
         )
     )
-    for d in img:  # E2a
-        for k in (2, 3, 4):
-            add(
-                Experiment(
-                    f"E2a/{d}/K={k}/rich",
-                    "E2a",
-                    d,
-                    k=k,
-                    clients_per_cluster=5,
-                    tables=("XIII",),
-                    paper_setting={"XIII": f"K={k}"},
-                )
-            )
-        for s in sweep:
-            add(
-                Experiment(
-                    f"E2a/{d}/K=2/{s}",
-                    "E2a",
-                    d,
-                    k=2,
-                    clients_per_cluster=SPARSITY[s],
-                    tables=("XIV",),
-                    paper_setting={"XIV": f"K=2,{s}"},
-                )
-            )
+    for d in img:
+        k_sweep("E2a", d, (2, 3, 4), "XIII")
+        sparsity_sweep("E2a", d, "XIV")
     for d in ("mnist", "fmnist"):  # E2b: rotations (Table XV, held back until the reproduction had run untuned)
         for c in ROTATIONS:
             add(
@@ -255,44 +240,11 @@ def _build() -> dict[str, Experiment]:
                     paper_setting={"XV": c},
                 )
             )
-    for d in img:  # E3a
-        for s in sweep:
-            add(
-                Experiment(
-                    f"E3a/{d}/K=2/{s}",
-                    "E3a",
-                    d,
-                    k=2,
-                    clients_per_cluster=SPARSITY[s],
-                    tables=("XVI",),
-                    paper_setting={"XVI": f"K=2,{s}"},
-                )
-            )
-    for d in img:  # E3b
-        for k in (2, 3, 4, 5):
-            add(
-                Experiment(
-                    f"E3b/{d}/K={k}/rich",
-                    "E3b",
-                    d,
-                    k=k,
-                    clients_per_cluster=5,
-                    tables=("XVII",),
-                    paper_setting={"XVII": f"K={k}"},
-                )
-            )
-        for s in sweep:
-            add(
-                Experiment(
-                    f"E3b/{d}/K=2/{s}",
-                    "E3b",
-                    d,
-                    k=2,
-                    clients_per_cluster=SPARSITY[s],
-                    tables=("XVIII",),
-                    paper_setting={"XVIII": f"K=2,{s}"},
-                )
-            )
+    for d in img:
+        sparsity_sweep("E3a", d, "XVI")
+    for d in img:
+        k_sweep("E3b", d, (2, 3, 4, 5), "XVII")
+        sparsity_sweep("E3b", d, "XVIII")
     for n in (10, 20, 50, 100):  # E4a (its table is not given here)
         add(Experiment(f"E4a/mnist+fmnist/clients={n}", "E4a", "mnist", clients=n))
     for c in (2, 3, 4):  # E4b
