@@ -64,7 +64,7 @@ def draw_seen_unseen(ok: list[dict], out: Path) -> Path | None:
     methods = sorted({m for m, _ in points}, key=method_order)
     palette = distinct_colours(len(methods))
     style = {m: (palette[i], _MARKERS[i % len(_MARKERS)]) for i, m in enumerate(methods)}
-    fig = Figure(figsize=(6.4, 5.6))
+    fig = Figure(figsize=(6.4, 5.6 + 0.16 * len(points)), layout="constrained")
     ax = fig.add_subplot()
     handles = []
     for (method, statistic), xy in sorted(points.items(), key=lambda kv: (method_order(kv[0][0]), kv[0][1])):
@@ -85,7 +85,8 @@ def draw_seen_unseen(ok: list[dict], out: Path) -> Path | None:
     ax.set_xlabel("seen clients: accuracy (%)")
     ax.set_ylabel("clients held out of training: accuracy (%)")
     ax.set_title("Training clients against newcomers, one point per configuration", fontsize=10)
-    ax.legend(handles=handles, fontsize=7, loc="lower right", frameon=False)
+    # below the axes, not inside them: a long name with its budget would cover the points and the y label
+    fig.legend(handles=handles, fontsize=7, loc="outside lower center", frameon=False)
     path = Path(out) / NAME
     _save(fig, path)
     return path
