@@ -94,19 +94,22 @@ def test_the_deployable_conditional_takes_its_own_conditioning_the_pooled_one_th
         make_algorithm("Conditional-FedAvg(conditioning=gate)")
 
 
-def test_the_deployable_conditional_may_train_more_local_epochs_in_the_same_rounds(digits):
-    """`Conditional-FedAvg(local_epochs=3)`: the protocol's rounds, three epochs a round on each client
-    (measured by the traffic counters: three times the samples of one epoch a round)."""
+@pytest.mark.parametrize("method", ["Conditional-FedAvg", "FedAvg", "Oracle-FedAvg"])
+def test_the_fedavg_family_may_train_more_local_epochs_in_the_same_rounds(digits, method):
+    """`Conditional-FedAvg(local_epochs=3)` (and FedAvg's, whose field it is): the protocol's rounds, three
+    epochs a round on each client (measured by the traffic counters: three times the samples of one epoch a
+    round), the same bytes sent; None follows the protocol's local epochs."""
     proto = PROTOCOL.replace(statistic="class_means")  # 2 rounds x 1 local epoch
-    one = run_method(digits, "Conditional-FedAvg(local_epochs=1)", proto)
-    three = run_method(digits, "Conditional-FedAvg(local_epochs=3)", proto)
+    one = run_method(digits, f"{method}(local_epochs=1)", proto)
+    three = run_method(digits, f"{method}(local_epochs=3)", proto)
     t1, t3 = one.extra["traffic"], three.extra["traffic"]
     assert t1["rounds"] == t3["rounds"] == 2
     assert t3["samples_trained_per_client"] == pytest.approx(3 * t1["samples_trained_per_client"])
     assert t3["bytes_up_per_client"] == t1["bytes_up_per_client"]  # the same communication
-    assert one.per_client == run_method(digits, "Conditional-FedAvg(local_epochs=None)", proto).per_client
+    assert one.per_client == run_method(digits, f"{method}(local_epochs=None)", proto).per_client
+    assert one.per_client != three.per_client
     with pytest.raises(FedcondError, match="local_epochs must be >= 1"):
-        make_algorithm("Conditional-FedAvg(local_epochs=0)")
+        make_algorithm(f"{method}(local_epochs=0)")
 
 
 def test_gossip_glorot_init_draws_kerass_defaults_independently_per_client():

@@ -29,6 +29,13 @@ class FedAvg(ServerOptimiser, Algorithm):
     # each client's SGD momentum lives across rounds (a reading, issue 40); False: fresh every round.
     # State.momentum holds one buffer per client (over Flower they travel with each job, as Gossip's do)
     carry_momentum: bool = False
+    # local epochs per round, the rounds staying the protocol's; None: the protocol's (`--local-epochs`)
+    local_epochs: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.local_epochs is not None and self.local_epochs < 1:
+            raise FedcondError(f"local_epochs must be >= 1, got {self.local_epochs}")
 
     def plain_jobs(self) -> bool:
         return not self.carry_momentum  # carried buffers are optimiser state DP-SGD's fresh optimiser cannot take
@@ -71,8 +78,8 @@ class FedAvg(ServerOptimiser, Algorithm):
         )
 
     def epochs_per_round(self, ctx: Context) -> int:
-        """Local epochs of a round: the protocol's (`--local-epochs`)."""
-        return ctx.local_epochs
+        """Local epochs of a round: `local_epochs`, or the protocol's (`--local-epochs`) where it is None."""
+        return ctx.local_epochs if self.local_epochs is None else self.local_epochs
 
 
 @dataclass(frozen=True)
@@ -90,18 +97,12 @@ class ConditionalFedAvg(FedAvg):
     # how the model takes s (models/cnn.py): concat | film; None: the protocol's (`--conditioning`), so the
     # deployable method takes FiLM while the paper's pooled Conditional in the same cell keeps concat
     conditioning: str | None = "film"
-    # local epochs per round, the rounds staying the protocol's; None: the protocol's (`--local-epochs`)
-    local_epochs: int | None = 5
+    local_epochs: int | None = 5  # FedAvg's field, five a round here
 
     def __post_init__(self):
         super().__post_init__()
         if self.conditioning is not None and self.conditioning not in CONDITIONINGS:
             raise FedcondError(f"conditioning must be {' or '.join(CONDITIONINGS)}, got {self.conditioning!r}")
-        if self.local_epochs is not None and self.local_epochs < 1:
-            raise FedcondError(f"local_epochs must be >= 1, got {self.local_epochs}")
-
-    def epochs_per_round(self, ctx: Context) -> int:
-        return ctx.local_epochs if self.local_epochs is None else self.local_epochs
 
     def init(self, ctx: Context) -> State:
         # the secure sum of the statistics (flower/secure_sum.py): each client sends its statistic

@@ -29,20 +29,14 @@ from .fedavg import FedAvg
 @dataclass(frozen=True)
 class OracleFedAvg(FedAvg):
     needs_truth: ClassVar[bool] = True
-    local_epochs: int | None = None  # local epochs per round; None: the protocol's (`--local-epochs`)
 
     def __post_init__(self):
-        super().__post_init__()
-        if self.local_epochs is not None and self.local_epochs < 1:
-            raise FedcondError(f"local_epochs must be >= 1, got {self.local_epochs}")
+        super().__post_init__()  # FedAvg's checks, local_epochs's among them
         if self.carry_momentum:
             raise FedcondError("Oracle-FedAvg does not carry client momentum across rounds (carry_momentum=False)")
 
     def plain_jobs(self) -> bool:
         return True
-
-    def epochs_per_round(self, ctx: Context) -> int:
-        return ctx.local_epochs if self.local_epochs is None else self.local_epochs
 
     def init(self, ctx: Context) -> State:
         truth = ctx.truth
