@@ -4,12 +4,11 @@ one line on stderr and exit code 2; nothing else is caught, so real bugs keep th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from .experiments import PROTOCOLS
-from .errors import EXIT_INCOMPLETE, FedcondError
+from .errors import FedcondError
 
 EXIT_USAGE = 2
 
@@ -555,7 +554,25 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
+# each command's handler, imported when it runs (so `fedcond --help` loads no torch)
+COMMANDS = {
+    "run": (".commands.run", "run_command"),
+    "scenario": (".commands.describe", "describe_command"),
+    "data": (".commands.data", "data_command"),
+    "encoder": (".commands.encoder", "encoder_command"),
+    "experiments": (".commands.experiments", "experiments_command"),
+    "sweep": (".commands.sweep", "sweep_command"),
+    "study": (".commands.study", "study_command"),
+    "doctor": (".commands.doctor", "doctor_command"),
+    "flower": (".commands.flower", "flower_command"),
+    "config": (".config", "config_command"),
+    "results": (".commands.results", "results_command"),
+    "report": (".commands.report", "report_command"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    import importlib
     import signal
     import threading
 
@@ -575,60 +592,8 @@ def main(argv: list[str] | None = None) -> int:
 
         denormals.apply()  # checks FEDCOND_DENORMALS before anything runs; sets this thread's mode
         _load_plugin_args(args)
-        if args.command == "run":
-            from .commands.run import run_command
-
-            return run_command(args)
-        if args.command == "scenario":
-            from .commands.describe import describe_command
-
-            return describe_command(args)
-        if args.command == "data":
-            return _data(args)
-        if args.command == "encoder":
-            return _encoder(args)
-        if args.command == "experiments":
-            return _experiments(args)
-        if args.command == "sweep":
-            return _sweep(args)
-        if args.command == "study":
-            return _study(args)
-        if args.command == "doctor":
-            from .commands.doctor import doctor_command
-
-            return doctor_command(args)
-        if args.command == "flower":
-            from .commands.flower import flower_command
-
-            return flower_command(args)
-        if args.command == "config":
-            from .config import row_config
-            from .results import default_db_path
-
-            print(row_config(args.db or str(default_db_path()), args.row), end="")
-            return 0
-        if args.command == "results":
-            from .commands.results import results_command
-
-            return results_command(args)
-        if args.command == "report":
-            from pathlib import Path
-
-            from .report import write_report
-
-            explanations = args.explanations
-            if explanations is not None and not os.path.isfile(explanations):
-                raise FedcondError(f"no explanations file at {explanations}")
-            if explanations is None and args.db:
-                explanations = Path(args.db).with_name("explanations.csv")
-            probes = args.probes
-            if probes is not None and not os.path.isfile(probes):
-                raise FedcondError(f"no probes database at {probes}")
-            if probes is None and args.db:
-                beside = Path(args.db).with_name("probes.sqlite")
-                probes = beside if beside.is_file() and beside.resolve() != Path(args.db).resolve() else None
-            print(write_report(args.db, args.out, args.protocol, explanations, readme=args.readme, probes=probes))
-            return 0
+        module, function = COMMANDS[args.command]
+        return getattr(importlib.import_module(module, __package__), function)(args)
     except FedcondError as e:
         print(_one_line(f"fedcond: error: {e}"), file=sys.stderr)
         return EXIT_USAGE
@@ -638,205 +603,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader left (`fedcond results | head`): no traceback, as a shell tool would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush of stdout cannot fail again
         return 141  # 128 + SIGPIPE
-    return 0
-
-
-def _experiments(args) -> int:
-    from .experiments import select
-
-    exps = select(args.pattern)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "count": len(exps),
-                    "experiments": [
-                        {
-                            "name": e.name,
-                            "family": e.family,
-                            "dataset": e.dataset,
-                            "k": e.k,
-                            "rotations": e.rotations,
-                            "clients_per_cluster": e.clients_per_cluster,
-                            "clients": e.clients,
-                            "tables": list(e.tables),
-                            "paper_setting": e.paper_setting,
-                            "methods": list(e.methods),
-                        }
-                        for e in exps
-                    ],
-                }
-            )
-        )
-    else:
-        for e in exps:
-            print(f"{e.name:34s} tables {','.join(e.tables) or '-'}")
-        print(f"{len(exps)} experiments", file=sys.stderr)
-    return 0
-
-
-def _sweep_dry_run(cells, db, data_dir=None, resumes: bool = True, on_ray: bool = False) -> int:
-    """Every cell the sweep would run, marked done where the database holds it, with the time a
-    cell to run is expected to take on this kind of machine (estimate.Estimator; for a cell a
-    checkpoint resumes, the share of its rounds left); nothing runs."""
-    from . import results
-    from .estimate import Estimator
-    from .sweep import resumable
-
-    con = results.connect(db)
-    try:
-        done = results.finished_cells(con)
-        estimator = Estimator(con)
-        expected = [estimator.seconds(c) if c.key not in done else None for c in cells]
-    finally:
-        con.close()
-    resumes = resumable([c for c in cells if c.key not in done], db, data_dir) if resumes else {}
-    for k, c in enumerate(cells):
-        state, sec, note = "done" if c.key in done else "todo", expected[k], ""
-        if c.key in resumes:
-            rounds_done, total = resumes[c.key][0], c.rounds
-            note = f"  resumes after round {rounds_done} of {total}"
-            if sec is not None:
-                sec = expected[k] = sec * (total - rounds_done) / total
-        eta = f"  ~{sec / 60:.0f} min" if state == "todo" and sec is not None else ""
-        print(f"{state}  {c.experiment.name}  {c.method}  seed {c.seed}  [{c.protocol_name}]{note}{eta}")
-    todo = [sec for c, sec in zip(cells, expected) if c.key not in done]
-    known = [sec for sec in todo if sec is not None]
-    summary = (
-        f"{len(cells)} cells: {len(cells) - len(todo)} already in {db or results.default_db_path()}, {len(todo)} to run"
-    )
-    if known:
-        unknown = len(todo) - len(known)
-        summary += (
-            f" (~{sum(known) / 3600:.1f} core-hours at the recorded times of like cells"
-            + (f"; {unknown} with no like cell recorded" if unknown else "")
-            + ")"
-        )
-    print(summary)
-    if known:  # on Ray the cells run on the cluster's nodes, which this machine's kind may not describe
-        print(
-            estimator.basis()
-            + ("; --ray runs the cells on the cluster's nodes, perhaps of other kinds" if on_ray else "")
-        )
-    return 0
-
-
-def _sweep(args) -> int:
-    from .experiments import PROTOCOL_OPTIONS, SCENARIO_OPTIONS, select, variant_name
-    from .experiments import protocol as protocol_of
-    from .sweep import plan, run_sweep, skipped_for_truth
-
-    seeds = args.seeds  # a list (_seed_list)
-    changes = {k: getattr(args, k) for k in PROTOCOL_OPTIONS + SCENARIO_OPTIONS if getattr(args, k) is not None}
-    experiments = select(args.pattern)
-    for preset in {args.protocol} if args.protocol else {e.preset for e in experiments}:
-        protocol_of(variant_name(preset, {k: v for k, v in changes.items() if k in PROTOCOL_OPTIONS}))  # validates
-    if changes and any(e.kind == "study" for e in experiments):
-        raise FedcondError("the earlier study's cells (MCDC/*) take no protocol options")
-    if args.groups is not None and not any(e.family in ("E1", "E2a") and e.dataset != "cifar100" for e in experiments):
-        raise FedcondError("--groups applies to E1 and E2a experiments only (not CIFAR-100's fixed superclasses)")
-    cells = plan(
-        experiments, args.methods, seeds, args.protocol, changes
-    )  # checks every option against every experiment
-    skipped = skipped_for_truth(experiments, args.methods)
-    if skipped:
-        pairs = "; ".join(f"{m} on {e}" for e, m in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
-        print(f"fedcond: {len(skipped)} pair(s) left out (no true clusters in the scenario): {pairs}", file=sys.stderr)
-    if not args.dry_run and args.ray is None:  # refused here, in one line, before any cell starts
-        from .engine.precision import check_supported
-
-        for name in dict.fromkeys(c.protocol_name for c in cells):
-            check_supported(protocol_of(name)[0].precision)
-    if args.dry_run:
-        # --ray sweeps and --checkpoint-every 0 start every cell afresh
-        return _sweep_dry_run(
-            cells,
-            args.db,
-            args.data_dir,
-            resumes=args.ray is None and args.checkpoint_every is not None,
-            on_ray=args.ray is not None,
-        )
-    counts = run_sweep(
-        cells,
-        args.db,
-        args.data_dir,
-        args.workers,
-        progress=not args.no_progress,
-        ray_address=args.ray,
-        checkpoint_every=args.checkpoint_every,
-    )
-    print(json.dumps(counts))
-    if counts.get("unavailable"):  # asked for, not run: the caller must not take the sweep for complete
-        print(
-            f"fedcond: {counts['unavailable']} cell(s) could not run (reasons above; a rerun retries them): "
-            + "; ".join(counts["not_run"]),
-            file=sys.stderr,
-        )
-        return EXIT_INCOMPLETE
-    return 0
-
-
-def _study(args) -> int:
-    import torch
-
-    torch.set_num_threads(1)
-    if args.study_command == "synthetic":
-        from .study.synthetic import main as synthetic_main
-
-        synthetic_main(seed=args.seed)
-    else:
-        from .study.emnist import main as emnist_main
-        from .engine import check_device
-
-        check_device(args.device)
-        emnist_main(args.data_dir, device=args.device, seed=args.seed)
-    return 0
-
-
-def _encoder(args) -> int:
-    import torch
-    from tqdm import tqdm
-
-    from .encoder import train_encoder
-
-    torch.set_num_threads(1)
-    bar = tqdm(total=args.epochs, unit="epoch", desc=f"encoder {args.source}", file=sys.stderr)
-
-    def progress(info: dict) -> None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{info['loss']:.3f}", acc=f"{info['train_accuracy']:.3f}")
-
-    try:
-        path = train_encoder(
-            args.source, args.data_dir, epochs=args.epochs, seed=args.seed, progress=progress, out_dir=args.out_dir
-        )
-    finally:
-        bar.close()
-    print(path)
-    return 0
-
-
-def _data(args) -> int:
-    from . import data
-
-    if args.data_command == "list":
-        root = data.resolve_data_dir(None)
-        print(f"data directory: {root}")
-        for name in data.DATASETS:
-            try:
-                data.verify(name, None)
-                state = "present"
-            except FedcondError:
-                state = "missing"
-            print(f"  {name:16s} {state}")
-        return 0
-    if args.data_command == "verify":
-        print(data.verify(args.name, args.data_dir))
-        return 0
-    paths = data.download(args.name, args.data_dir, force=args.force)
-    for p in paths:
-        print(p)
-    return 0
 
 
 if __name__ == "__main__":

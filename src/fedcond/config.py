@@ -199,3 +199,11 @@ def row_config(db: str, row_id: int) -> str:
         f"{k} = {_toml_list(v) if isinstance(v, list) else _toml_value(v)}" for k, v in options.items()
     ]
     return "\n".join(lines) + "\n"
+
+
+def config_command(args) -> int:
+    """`fedcond config show ROW`: the configuration file that reproduces row ROW of the database."""
+    from .results import default_db_path
+
+    print(row_config(args.db or str(default_db_path()), args.row), end="")
+    return 0
