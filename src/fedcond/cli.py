@@ -554,7 +554,7 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
-# each command's handler, imported when it runs (so `fedcond --help` loads no torch)
+# each command's handler, imported only when its command runs
 COMMANDS = {
     "run": (".commands.run", "run_command"),
     "scenario": (".commands.describe", "describe_command"),
