@@ -35,6 +35,12 @@ def test_newcomers_are_evaluated_with_their_own_statistic(digits, statistic):
     res = run_method(digits, "Conditional", proto, seed=0)
     assert len(res.per_client) == 4 and len(res.extra["unseen_per_client"]) == 2
     assert 0.0 <= res.extra["unseen_accuracy"] <= 1.0 and res.extra["unseen_clients"] == list(hold_out(digits, 1)[1].ids)
+    # which newcomer test samples were right, one bit each: the accuracies follow from them
+    from fedcond.results import unpack_hits
+
+    hits = unpack_hits(res.extra["unseen_test_hits"])
+    assert [h.size for h in hits] == [c.n_test for c in hold_out(digits, 1)[1].clients]
+    assert [float(np.float32(h.sum()) / np.float32(h.size)) for h in hits] == res.extra["unseen_per_client"]
 
 
 def test_the_random_control_names_every_client_by_its_id_in_the_full_scenario(digits):

@@ -156,7 +156,7 @@ def test_pairs_sample_by_sample_per_domain_with_mcnemar(tmp_path):
 
     import numpy as np
 
-    from fedcond.report.jdfl import mcnemar_p
+    from fedcond.report.paired import mcnemar_p
     from fedcond.results import pack_hits
 
     assert mcnemar_p(0, 0) == 1.0 and mcnemar_p(3, 3) == 1.0

@@ -9,6 +9,7 @@ import sqlite3
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedcond import results
@@ -411,7 +412,7 @@ def test_newcomers_summary_says_who_wins_where_and_the_deployable_gap_to_oracle(
     assert ("- Conditional-FedAvg below a rival, seen: on 2 of 2 configuration(s): Ditto on "
             "E3b/mnist/K=2/super_sparse by 2.0 pp; Ditto on E3b/mnist/K=2/rich by 0.5 pp.") in section
     assert "- Conditional-FedAvg below a rival, unseen: on none of 2 configuration(s)." in section
-    from fedcond.report.tables import _margin
+    from fedcond.report.newcomers_table import _margin
 
     assert _margin(0.0003) == "less than 0.1 pp" and _margin(0.0006) == "0.1 pp"  # never "by 0.0 pp"
 
@@ -574,3 +575,42 @@ def test_a_long_method_name_is_broken_at_its_commas_in_figures():
     label = method_label("Oracle-FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)")
     assert label.replace("\n", "") == "Oracle-FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)"
     assert max(len(line) for line in label.splitlines()) <= 24
+
+
+def test_a_gap_to_oracle_is_said_as_the_test_samples_behind_it(tmp_path):
+    """Beyond 1.5 pp, each gap is tested sample by sample: exactly where both rows kept their hits,
+    as a lower bound on p from the newcomers' test-set sizes where they kept accuracies only."""
+    from fedcond.report.paired import Paired, paired
+    from fedcond.results import pack_hits
+
+    oracle_seen = [np.array([True] * 90 + [False] * 10), np.array([True] * 50)]
+    mine_seen = [np.array([True] * 80 + [False] * 20), np.array([True] * 48 + [False] * 2)]
+    con = results.connect(tmp_path / "r.sqlite")
+    rows = {
+        "Oracle": (oracle_seen, {"unseen_per_client": [1.0, 0.975], "unseen_test_sizes": [59, 40]}),
+        "Conditional-FedAvg": (mine_seen, {"unseen_per_client": [1.0, 0.925], "unseen_test_sizes": [59, 40]}),
+    }
+    for method, (hits, unseen) in rows.items():
+        seen = statistics.fmean(float(h.mean()) for h in hits)
+        extra = {"test_hits": pack_hits(hits), "unseen_accuracy": statistics.fmean(unseen["unseen_per_client"]), **unseen}
+        results.save_run(con, family="E2a", dataset="mnist", scenario={}, method=method, seed=0,
+                         protocol={"statistic": "class_means", "holdout_clients": 1},
+                         result=FakeResult(seen, weighted_accuracy=seen, extra=extra),
+                         experiment="E2a/mnist/K=2/super_sparse",
+                         protocol_name="paper[statistic=class_means,holdout_clients=1]")
+    con.close()
+    section = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text().split("## Clients never seen")[1]
+    # seen: 10 + 2 samples only Oracle got right, none only Conditional-FedAvg: p = 2 / 2^12
+    assert ("- Conditional-FedAvg's gaps to Oracle beyond 1.5 pp, seen, sample by sample (the same test samples; "
+            "right only for Conditional-FedAvg / only for Oracle, McNemar's exact p): E2a/mnist/K=2/super_sparse "
+            "seed 0: 0 / 12 of 150 right only for one, p = 0.00049.") in section
+    # unseen: 37 against 39 of 40 on one newcomer, the other the same: two samples, never below p = 0.5
+    assert ("unseen, sample by sample (the same test samples; right only for Conditional-FedAvg / only for Oracle, "
+            "McNemar's exact p): E2a/mnist/K=2/super_sparse seed 0: 2 fewer of 99 right, p >= 0.5 however they "
+            "pair") in section
+    assert Paired(99, 97, 99).p == 0.5 and Paired(99, 90, 99, 1, 10).p == pytest.approx(2 * 12 / 2048)  # 2 (1 + 11) / 2^11
+    # rows without sizes, or with different test sets, are not compared
+    a = {"extra": {"unseen_per_client": [0.9]}}
+    assert paired(a, {"extra": {"unseen_per_client": [0.8], "unseen_test_sizes": [10]}}, unseen=True) is None
+    assert paired({"extra": {"test_hits": pack_hits([np.ones(3, bool)])}},
+                  {"extra": {"test_hits": pack_hits([np.ones(4, bool)])}}, unseen=False) is None

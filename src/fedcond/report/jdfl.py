@@ -8,11 +8,11 @@ JDFL reports *global* test accuracy: over all domains' held-out images (the data
 
 from __future__ import annotations
 
-import math
 import statistics
 
 from ..experiments import DISCOVERY_GRID, JDFL_DATASETS, JDFL_SLOT_SWEEP
 from .curves import GLOBAL, Line, Panel, draw_curves
+from .paired import mcnemar_p
 from .tables import _table, pct
 
 BASES = ("FedAvg", "SCAFFOLD", "FedDyn", "FedDC", "FedProc")
@@ -416,18 +416,6 @@ def _per_domain(main: dict[str, list[dict]]) -> list[str]:
     if not table:
         return []
     return ["Per-domain accuracy (%, mean over seeds):", ""] + _table(["method"] + domains, table) + [""]
-
-
-def mcnemar_p(only_a: int, only_b: int) -> float:
-    """Two-sided exact McNemar test: how likely a split of the discordant samples at least this
-    uneven is if neither run is better on this test set (binomial, one half)."""
-    n, k = only_a + only_b, min(only_a, only_b)
-    if n == 0:
-        return 1.0
-    # the binomial tail in logarithms: exact integers take seconds once n reaches the thousands
-    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2) for i in range(k + 1)]
-    top = max(logs)
-    return min(1.0, 2 * math.exp(top) * sum(math.exp(v - top) for v in logs))
 
 
 def _sample_pairs(main: dict[str, list[dict]]) -> list[str]:

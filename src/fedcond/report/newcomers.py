@@ -1,4 +1,4 @@
-"""The figure beside the newcomers table (tables.newcomers_section): every run with clients held
+"""The figure beside the newcomers table (newcomers_table.newcomers_section): every run with clients held
 out, its seen accuracy against its unseen one, a colour and a marker per method (hollow for the
 Conditionals fed the eigenvalues), each method's measured budget in the legend; the diagonal is
 "newcomers served as well as the training clients"."""
@@ -12,7 +12,7 @@ from matplotlib.lines import Line2D
 
 from .data import method_order
 from .figures import _save
-from .tables import newcomer_groups, seen_unseen
+from .newcomers_table import newcomer_groups, seen_unseen
 
 NAME = "newcomers_seen_unseen.png"
 
@@ -47,7 +47,7 @@ _MARKERS = ("o", "s", "D", "v", "P", "X", "<", ">", "p", "h")
 
 
 def draw_seen_unseen(ok: list[dict], out: Path) -> Path | None:
-    """One point per row of the newcomers table (tables.newcomer_groups: experiment, statistic,
+    """One point per row of the newcomers table (newcomers_table.newcomer_groups: experiment, statistic,
     method, rounds), mean over seeds; None where no row held clients out. Each method has a colour
     and a marker of its own (a hollow marker: the Conditionals fed the eigenvalues), and its
     legend entry carries its measured budget (budget_labels)."""

@@ -12,6 +12,7 @@ from ..experiments import PROTOCOLS
 from . import tables as md
 from .adhoc import adhoc_section, protocol_of
 from .jdfl import jdfl_section, protocol_probes_section
+from .newcomers_table import newcomers_section
 from .precision import precision_section
 from .readme import summary_lines, update_readme
 from .standard import standard_partitions_section
@@ -153,7 +154,7 @@ def write_report(
         lines += precision_section(db.ok)
     lines += standard_partitions_section(make_cells(db.ok, db.failed), out)
     lines += adhoc_section(list(db.ad_hoc_ok), protocol_name, out)
-    newcomers = md.newcomers_section(ok)
+    newcomers = newcomers_section(ok)
     if newcomers:
         from .newcomers import draw_seen_unseen
 
