@@ -195,17 +195,15 @@ class LocalDeployment:
 
     def register(self, public_key: Path) -> None:
         """Admit a SuperNode's authentication key (`flwr supernode register`, over the Control API)."""
+        self._flwr(["supernode", "register", str(public_key), "fedcond"], f"flwr supernode register {public_key}")
+
+    def _flwr(self, args: list[str], what: str) -> None:
+        """One `flwr` command against this federation's Control API; its last output line in the error."""
         done = subprocess.run(
-            [_bin("flwr"), "supernode", "register", str(public_key), "fedcond"],
-            env=self.env,
-            cwd=self.workdir,
-            capture_output=True,
-            text=True,
-            timeout=120,
+            [_bin("flwr"), *args], env=self.env, cwd=self.workdir, capture_output=True, text=True, timeout=120
         )
         if done.returncode != 0:
-            last = (done.stdout + done.stderr).strip().splitlines()[-1:]
-            raise FedcondError(f"flwr supernode register {public_key} failed: {last}")
+            raise FedcondError(f"{what} failed: {(done.stdout + done.stderr).strip().splitlines()[-1:]}")
 
     def _wait_for_port(self, port: int, what: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -223,16 +221,7 @@ class LocalDeployment:
         app = write_app(self.workdir / "app")
         overrides = self.workdir / "run-config.toml"
         overrides.write_text(tomli_w.dumps({"fedcond-run": run.to_json(), "out": str(out)}))
-        done = subprocess.run(
-            [_bin("flwr"), "run", str(app), "fedcond", "--run-config", str(overrides)],
-            env=self.env,
-            cwd=self.workdir,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if done.returncode != 0:
-            raise FedcondError(f"flwr run failed: {(done.stdout + done.stderr).strip().splitlines()[-1:]}")
+        self._flwr(["run", str(app), "fedcond", "--run-config", str(overrides)], "flwr run")
         return self.wait_for_result(out, timeout)
 
     def wait_for_result(self, out: Path, timeout: float, poll: float = 0.5) -> list[dict]:
