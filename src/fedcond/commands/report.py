@@ -10,19 +10,23 @@ from ..errors import FedcondError
 
 
 def report_command(args) -> int:
-    """The explanations file and the probes database default to those beside the database."""
+    """The explanations file and the probes database default to those beside the database, where
+    they exist; a path given that does not exist is an error."""
     from ..report import write_report
 
-    explanations = args.explanations
-    if explanations is not None and not os.path.isfile(explanations):
-        raise FedcondError(f"no explanations file at {explanations}")
-    if explanations is None and args.db:
-        explanations = Path(args.db).with_name("explanations.csv")
-    probes = args.probes
-    if probes is not None and not os.path.isfile(probes):
-        raise FedcondError(f"no probes database at {probes}")
-    if probes is None and args.db:
-        beside = Path(args.db).with_name("probes.sqlite")
-        probes = beside if beside.is_file() and beside.resolve() != Path(args.db).resolve() else None
+    explanations = _given_or_beside(args.explanations, args.db, "explanations.csv", "explanations file")
+    probes = _given_or_beside(args.probes, args.db, "probes.sqlite", "probes database")
     print(write_report(args.db, args.out, args.protocol, explanations, readme=args.readme, probes=probes))
     return 0
+
+
+def _given_or_beside(given: str | None, db: str | None, name: str, what: str) -> Path | None:
+    if given is not None:
+        if not os.path.isfile(given):
+            raise FedcondError(f"no {what} at {given}")
+        return Path(given)
+    if not db:
+        return None
+    beside = Path(db).with_name(name)
+    # the probes database is never the database itself (a report of probes.sqlite)
+    return beside if beside.is_file() and beside.resolve() != Path(db).resolve() else None
