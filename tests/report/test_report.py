@@ -614,3 +614,22 @@ def test_a_gap_to_oracle_is_said_as_the_test_samples_behind_it(tmp_path):
     assert paired(a, {"extra": {"unseen_per_client": [0.8], "unseen_test_sizes": [10]}}, unseen=True) is None
     assert paired({"extra": {"test_hits": pack_hits([np.ones(3, bool)])}},
                   {"extra": {"test_hits": pack_hits([np.ones(4, bool)])}}, unseen=False) is None
+
+
+def test_newcomers_summary_reads_a_lead_over_fedavg_against_fedavg_at_another_budget(tmp_path):
+    """Where FedAvg also ran at the deployable Conditional's budget, its lead over that FedAvg is said beside
+    its lead over plain FedAvg: how much of the lead is the conditioning and how much the compute."""
+    con = results.connect(tmp_path / "r.sqlite")
+    budget = "FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)"
+    scores = {"Oracle": (0.924, 0.92), "Conditional-FedAvg": (0.886, 0.88), budget: (0.869, 0.87), "FedAvg": (0.676, 0.71)}
+    for method, (seen, unseen) in scores.items():
+        results.save_run(con, family="E1", dataset="fmnist", scenario={}, method=method, seed=0,
+                         protocol={"statistic": "class_means", "holdout_clients": 1},
+                         result=FakeResult(seen, weighted_accuracy=seen, extra={"unseen_accuracy": unseen}),
+                         experiment="E1/fmnist/K=2/super_sparse",
+                         protocol_name="paper[statistic=class_means,holdout_clients=1]")
+    con.close()
+    section = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text().split("## Clients never seen")[1]
+    assert (f"- Conditional-FedAvg against {budget} (FedAvg at another budget), seen: "
+            "E1/fmnist/K=2/super_sparse +1.7 pp (against plain FedAvg +21.0 pp).") in section
+    assert "unseen: E1/fmnist/K=2/super_sparse +1.0 pp (against plain FedAvg +17.0 pp)." in section

@@ -88,6 +88,7 @@ def newcomers_summary(groups: dict[tuple, list[dict]], within: float = 0.015) ->
             lines += _gaps_sample_by_sample(m, which, [(g, e, s) for g, e, s in gaps if g < -within], rows, within)
             lines.append(_losses_to_rivals(m, which, index, configs))
     lines += _against_federated_ceiling(deployable, configs)
+    lines += _against_fedavg_at_another_budget(deployable, configs)
     return lines
 
 
@@ -126,6 +127,29 @@ def _against_federated_ceiling(deployable: list[str], configs: dict) -> list[str
                     lines.append(
                         f"- {m} against the federated ceiling {c} (FedAvg within each true cluster), {which}: "
                         + "; ".join(f"{exp} {pp(g)} (the ceiling against Oracle {pp(o)})" for exp, g, o in pairs)
+                        + "."
+                    )
+    return lines
+
+
+def _against_fedavg_at_another_budget(deployable: list[str], configs: dict) -> list[str]:
+    """Where FedAvg also ran at another budget (`FedAvg(...)`: say the deployable Conditional's local epochs
+    and server momentum): the deployable Conditional's lead over it beside its lead over plain FedAvg, so
+    that a lead can be read as the conditioning's (the first) or the compute's (the rest)."""
+    others = sorted({f for v in configs.values() for f in v if f.startswith("FedAvg(")}, key=method_order)
+    lines = []
+    for f in others:
+        for m in deployable:
+            for which, index in (("seen", 0), ("unseen", 1)):
+                pairs = [
+                    (exp, v[m][index] - v[f][index], v[m][index] - v["FedAvg"][index])
+                    for (exp, _), v in configs.items()
+                    if {m, f, "FedAvg"} <= v.keys() and None not in (v[m][index], v[f][index], v["FedAvg"][index])
+                ]
+                if pairs:
+                    lines.append(
+                        f"- {m} against {f} (FedAvg at another budget), {which}: "
+                        + "; ".join(f"{exp} {pp(g)} (against plain FedAvg {pp(o)})" for exp, g, o in pairs)
                         + "."
                     )
     return lines
