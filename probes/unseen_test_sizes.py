@@ -17,11 +17,9 @@ import argparse
 import json
 import sys
 
-import numpy as np
-
 from fedcond import results
 from fedcond.experiments import EXPERIMENTS, protocol, scenario_options
-from fedcond.holdout import hold_out
+from fedcond.holdout import float32_accuracy, hold_out
 
 
 def sizes_for(experiment: str, seed: int, protocol_name: str) -> list[int]:
@@ -33,9 +31,7 @@ def sizes_for(experiment: str, seed: int, protocol_name: str) -> list[int]:
 
 def whole(accuracies: list[float], sizes: list[int]) -> bool:
     """Each accuracy is k / n in float32 for a whole k (how evaluate_unseen computed it)."""
-    return all(
-        float(np.float32(round(a * n)) / np.float32(n)) == a if n else a == 0.0 for a, n in zip(accuracies, sizes)
-    )
+    return all(float32_accuracy(round(a * n), n) == a for a, n in zip(accuracies, sizes))
 
 
 def main() -> int:

@@ -78,6 +78,12 @@ def unseen_statistics(ctx: Context, protocol: Protocol, unseen: Unseen, train_ra
     return torch.as_tensor(S.normalise_with(raw, train_raw, protocol.stats_normalisation), dtype=torch.float32)
 
 
+def float32_accuracy(right: int, n: int) -> float:
+    """right / n in float32, as torch's mean gave a newcomer's accuracy before its hits were kept: rows of
+    either kind agree to the digit (and a stored accuracy can be checked as a whole count)."""
+    return float(np.float32(right) / np.float32(n)) if n else 0.0
+
+
 def evaluate_unseen(
     ctx: Context, alg: Algorithm, state: State, unseen: Unseen, train_cluster: np.ndarray, stats: torch.Tensor | None
 ) -> dict:
@@ -95,8 +101,7 @@ def evaluate_unseen(
         s = stats[j].expand(client.n_test, -1) if alg.conditioned else None
         pred = predict(model, params, client.x_test, s, scores=ctx.scores)
         hits.append((pred == client.y_test).numpy().astype(bool))
-    # in float32, as torch's mean gave it before hits were kept: earlier rows' figures stay comparable to the digit
-    per_client = [float(np.float32(h.sum()) / np.float32(h.size)) if h.size else 0.0 for h in hits]
+    per_client = [float32_accuracy(int(h.sum()), h.size) for h in hits]
     return {
         "unseen_accuracy": float(np.mean(per_client)),
         "unseen_per_client": per_client,

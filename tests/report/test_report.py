@@ -548,12 +548,9 @@ def test_an_explanations_head_is_its_first_clause_without_a_parenthesis_left_ope
     assert explanation_head("the grouping (FMNIST (K=5)); more") == "the grouping (FMNIST (K=5))"
 
 
-def test_newcomers_summary_reads_a_gap_to_oracle_against_the_federated_ceiling(tmp_path):
-    """Where Oracle-FedAvg ran, the deployable Conditional's gap to it and the ceiling's own gap to Oracle
-    are said per configuration, and an oracle is never 'the best method'."""
+def e1_fmnist_super_sparse_newcomers_section(tmp_path, scores: dict) -> str:
+    """The newcomers section of a report on one configuration: method -> (seen, unseen), seed 0."""
     con = results.connect(tmp_path / "r.sqlite")
-    ceiling = "Oracle-FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)"
-    scores = {"Oracle": (0.924, 0.92), "Conditional-FedAvg": (0.886, 0.88), ceiling: (0.90, 0.93), "FedAvg": (0.68, 0.67)}
     for method, (seen, unseen) in scores.items():
         results.save_run(con, family="E1", dataset="fmnist", scenario={}, method=method, seed=0,
                          protocol={"statistic": "class_means", "holdout_clients": 1},
@@ -561,7 +558,15 @@ def test_newcomers_summary_reads_a_gap_to_oracle_against_the_federated_ceiling(t
                          experiment="E1/fmnist/K=2/super_sparse",
                          protocol_name="paper[statistic=class_means,holdout_clients=1]")
     con.close()
-    section = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text().split("## Clients never seen")[1]
+    return write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text().split("## Clients never seen")[1]
+
+
+def test_newcomers_summary_reads_a_gap_to_oracle_against_the_federated_ceiling(tmp_path):
+    """Where Oracle-FedAvg ran, the deployable Conditional's gap to it and the ceiling's own gap to Oracle
+    are said per configuration, and an oracle is never 'the best method'."""
+    ceiling = "Oracle-FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)"
+    scores = {"Oracle": (0.924, 0.92), "Conditional-FedAvg": (0.886, 0.88), ceiling: (0.90, 0.93), "FedAvg": (0.68, 0.67)}
+    section = e1_fmnist_super_sparse_newcomers_section(tmp_path, scores)
     assert "- Best method other than Oracle on the newcomers (unseen): Conditional-FedAvg on 1 of 1." in section
     assert (f"- Conditional-FedAvg against the federated ceiling {ceiling} (FedAvg within each true cluster), seen: "
             "E1/fmnist/K=2/super_sparse -1.4 pp (the ceiling against Oracle -2.4 pp).") in section
@@ -619,17 +624,9 @@ def test_a_gap_to_oracle_is_said_as_the_test_samples_behind_it(tmp_path):
 def test_newcomers_summary_reads_a_lead_over_fedavg_against_fedavg_at_another_budget(tmp_path):
     """Where FedAvg also ran at the deployable Conditional's budget, its lead over that FedAvg is said beside
     its lead over plain FedAvg: how much of the lead is the conditioning and how much the compute."""
-    con = results.connect(tmp_path / "r.sqlite")
     budget = "FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)"
     scores = {"Oracle": (0.924, 0.92), "Conditional-FedAvg": (0.886, 0.88), budget: (0.869, 0.87), "FedAvg": (0.676, 0.71)}
-    for method, (seen, unseen) in scores.items():
-        results.save_run(con, family="E1", dataset="fmnist", scenario={}, method=method, seed=0,
-                         protocol={"statistic": "class_means", "holdout_clients": 1},
-                         result=FakeResult(seen, weighted_accuracy=seen, extra={"unseen_accuracy": unseen}),
-                         experiment="E1/fmnist/K=2/super_sparse",
-                         protocol_name="paper[statistic=class_means,holdout_clients=1]")
-    con.close()
-    section = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text().split("## Clients never seen")[1]
+    section = e1_fmnist_super_sparse_newcomers_section(tmp_path, scores)
     assert (f"- Conditional-FedAvg against {budget} (FedAvg at another budget), seen: "
             "E1/fmnist/K=2/super_sparse +1.7 pp (against plain FedAvg +21.0 pp).") in section
     assert "unseen: E1/fmnist/K=2/super_sparse +1.0 pp (against plain FedAvg +17.0 pp)." in section

@@ -87,8 +87,7 @@ def newcomers_summary(groups: dict[tuple, list[dict]], within: float = 0.015) ->
             )
             lines += _gaps_sample_by_sample(m, which, [(g, e, s) for g, e, s in gaps if g < -within], rows, within)
             lines.append(_losses_to_rivals(m, which, index, configs))
-    lines += _against_federated_ceiling(deployable, configs)
-    lines += _against_fedavg_at_another_budget(deployable, configs)
+    lines += _against_reference_runs(deployable, configs)
     return lines
 
 
@@ -109,49 +108,38 @@ def _gaps_sample_by_sample(m: str, which: str, gaps: list, rows: dict, within: f
     ]
 
 
-def _against_federated_ceiling(deployable: list[str], configs: dict) -> list[str]:
-    """Where an Oracle-FedAvg ran (FedAvg within each true cluster, the same rounds): the deployable
-    Conditional's gap to it and its own gap to Oracle, so that a gap to Oracle can be read as the cost of
-    training federated within the budget (the ceiling's gap) or as the conditioning's (the rest)."""
-    ceilings = sorted({c for v in configs.values() for c in v if c.startswith("Oracle-FedAvg")}, key=method_order)
-    lines = []
-    for c in ceilings:
-        for m in deployable:
-            for which, index in (("seen", 0), ("unseen", 1)):
-                pairs = [
-                    (exp, v[m][index] - v[c][index], v[c][index] - v["Oracle"][index])
-                    for (exp, _), v in configs.items()
-                    if m in v and c in v and None not in (v[m][index], v[c][index], v["Oracle"][index])
-                ]
-                if pairs:
-                    lines.append(
-                        f"- {m} against the federated ceiling {c} (FedAvg within each true cluster), {which}: "
-                        + "; ".join(f"{exp} {pp(g)} (the ceiling against Oracle {pp(o)})" for exp, g, o in pairs)
-                        + "."
-                    )
-    return lines
+# runs the deployable Conditional is read against besides Oracle: (name prefix, how the line names the run, the
+# run a second difference is taken against, what that difference is called, that difference from (mine, its, ref))
+REFERENCE_RUNS = (
+    # FedAvg within each true cluster at the same rounds: a gap to Oracle is the cost of training federated within
+    # the budget (the ceiling's own gap) or the conditioning's (the rest)
+    ("Oracle-FedAvg", "the federated ceiling {} (FedAvg within each true cluster)", "Oracle",
+     "the ceiling against Oracle", lambda mine, its, ref: its - ref),
+    # FedAvg at another budget (say the deployable Conditional's local epochs and server momentum): a lead over
+    # FedAvg is the conditioning's (the lead over it) or the compute's (the rest of the lead over plain FedAvg)
+    ("FedAvg(", "{} (FedAvg at another budget)", "FedAvg", "against plain FedAvg", lambda mine, its, ref: mine - ref),
+)  # fmt: skip
 
 
-def _against_fedavg_at_another_budget(deployable: list[str], configs: dict) -> list[str]:
-    """Where FedAvg also ran at another budget (`FedAvg(...)`: say the deployable Conditional's local epochs
-    and server momentum): the deployable Conditional's lead over it beside its lead over plain FedAvg, so
-    that a lead can be read as the conditioning's (the first) or the compute's (the rest)."""
-    others = sorted({f for v in configs.values() for f in v if f.startswith("FedAvg(")}, key=method_order)
+def _against_reference_runs(deployable: list[str], configs: dict) -> list[str]:
+    """Where a reference run (REFERENCE_RUNS) ran beside the deployable Conditional: its difference to that
+    run, per configuration, with the second difference that says how to read it."""
     lines = []
-    for f in others:
-        for m in deployable:
-            for which, index in (("seen", 0), ("unseen", 1)):
-                pairs = [
-                    (exp, v[m][index] - v[f][index], v[m][index] - v["FedAvg"][index])
-                    for (exp, _), v in configs.items()
-                    if {m, f, "FedAvg"} <= v.keys() and None not in (v[m][index], v[f][index], v["FedAvg"][index])
-                ]
-                if pairs:
-                    lines.append(
-                        f"- {m} against {f} (FedAvg at another budget), {which}: "
-                        + "; ".join(f"{exp} {pp(g)} (against plain FedAvg {pp(o)})" for exp, g, o in pairs)
-                        + "."
-                    )
+    for prefix, naming, ref, second_name, second in REFERENCE_RUNS:
+        for c in sorted({c for v in configs.values() for c in v if c.startswith(prefix)}, key=method_order):
+            for m in deployable:
+                for which, index in (("seen", 0), ("unseen", 1)):
+                    pairs = [
+                        (exp, v[m][index] - v[c][index], second(v[m][index], v[c][index], v[ref][index]))
+                        for (exp, _), v in configs.items()
+                        if {m, c, ref} <= v.keys() and None not in (v[m][index], v[c][index], v[ref][index])
+                    ]
+                    if pairs:
+                        lines.append(
+                            f"- {m} against {naming.format(c)}, {which}: "
+                            + "; ".join(f"{exp} {pp(g)} ({second_name} {pp(o)})" for exp, g, o in pairs)
+                            + "."
+                        )
     return lines
 
 
