@@ -630,3 +630,33 @@ def test_newcomers_summary_reads_a_lead_over_fedavg_against_fedavg_at_another_bu
     assert (f"- Conditional-FedAvg against {budget} (FedAvg at another budget), seen: "
             "E1/fmnist/K=2/super_sparse +1.7 pp (against plain FedAvg +21.0 pp).") in section
     assert "unseen: E1/fmnist/K=2/super_sparse +1.0 pp (against plain FedAvg +17.0 pp)." in section
+
+
+def test_prediction_interval_is_students_and_needs_three_seeds():
+    """mean +- t(0.975, n-1) * sd * sqrt(1 + 1/n): for seeds .80, .82, .84 (sd .02) t(0.975, 2) = 4.3027."""
+    from fedcond.report.seed_spread import prediction_interval, verdict
+
+    assert prediction_interval([0.8, 0.9]) is None and verdict([0.8, 0.9], 0.5) == "-"
+    iv = prediction_interval([0.80, 0.82, 0.84])
+    half = 4.302653 * 0.02 * (4 / 3) ** 0.5
+    assert abs(iv.low - (0.82 - half)) < 1e-6 and abs(iv.high - (0.82 + half)) < 1e-6 and iv.n == 3
+    assert verdict([0.80, 0.82, 0.84], 0.90) == "inside 72.1-91.9 (n=3)"
+    assert verdict([0.80, 0.82, 0.84], 0.93).startswith("outside")
+    assert verdict([0.97, 0.99, 1.0], 0.99) == "inside 91.1-100.0 (n=3)"  # shown clipped to what an accuracy can be
+
+
+def test_gap_rows_say_whether_the_published_value_is_inside_our_seeds_interval(tmp_path):
+    """A measurement beside the label: the count says how many unexplained cells it covers; the labels stay."""
+    con = results.connect(tmp_path / "r.sqlite")
+    for seed, acc in enumerate((0.65, 0.69, 0.73)):  # FedAvg published .738: 4.8 pp off, inside a wide spread
+        save(con, "E1/mnist/K=2/super_sparse", "FedAvg", seed, acc)
+    for seed, acc in enumerate((0.30, 0.31, 0.32)):  # Gossip published .151: far outside a tight spread
+        save(con, "E1/mnist/K=2/super_sparse", "Gossip", seed, acc)
+    con.close()
+    section = gaps_of(report_explained(tmp_path, ""))
+    assert "2 cells; 2 unexplained; 0 explained by a reading other than the default (of the unexplained, 1 with " \
+           "the published value inside our seeds' 95% prediction interval)" in section
+    fedavg = next(line for line in section.splitlines() if "| FedAvg |" in line)
+    gossip = next(line for line in section.splitlines() if "| Gossip |" in line)
+    assert "| inside " in fedavg and "(n=3) | **unexplained** |" in fedavg
+    assert "| outside 26.0-36.0 (n=3) |" in gossip

@@ -29,7 +29,7 @@ def summary_lines(published: list, protocol: str | None, cells: dict, explanatio
     if not gaps:
         return lines + [f"No cell run is more than {md.GAP_PP:g} pp from its published value."] + footnote
     items = []
-    for table, exp, method, ours, pub, diff, why in gaps:
+    for table, exp, method, ours, pub, diff, _spread, why in gaps:
         reason = "unexplained" if why.startswith(md.UNEXPLAINED) else md.explanation_head(why)
         items.append(f"{exp} {method} {ours} against {pub} ({diff}; {reason})")
     return (

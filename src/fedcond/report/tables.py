@@ -13,6 +13,7 @@ import statistics
 
 from ..experiments import EXPERIMENTS
 from ..scenarios.families import STANDARD
+from . import seed_spread
 from .data import (
     Cell,
     Database,
@@ -256,11 +257,20 @@ UNEXPLAINED = "**unexplained**"  # an explanations.csv text may start with "unex
 
 def gap_counts(rows: list[list[str]]) -> str:
     """'N cells; U unexplained; R explained by a reading other than the default': a text starting "reading" says a
-    probe under another reading matches (or brackets) the published value, which the default does not."""
-    unexplained = sum(r[-1].startswith(UNEXPLAINED) for r in rows)
+    probe under another reading matches (or brackets) the published value, which the default does not. Where
+    some unexplained cell has the published value inside our seeds' prediction interval, the count says so
+    (a measurement beside the labels, which it does not change)."""
+    unexplained = [r for r in rows if r[-1].startswith(UNEXPLAINED)]
     by_reading = sum(r[-1].lower().startswith("reading") for r in rows)
     cells = f"{len(rows)} cell" + ("" if len(rows) == 1 else "s")
-    return f"{cells}; {unexplained} unexplained; {by_reading} explained by a reading other than the default"
+    text = f"{cells}; {len(unexplained)} unexplained; {by_reading} explained by a reading other than the default"
+    inside = sum(r[-2].startswith("inside") for r in unexplained)
+    if inside:
+        text += (
+            f" (of the unexplained, {inside} with the published value inside our seeds' "
+            f"{100 * seed_spread.LEVEL:g}% prediction interval)"
+        )
+    return text
 
 
 def explanation_head(why: str) -> str:
@@ -277,9 +287,10 @@ def explanation_head(why: str) -> str:
 
 
 def gap_rows(published: list, protocol: str | None, cells: dict, explanations: dict) -> list[list[str]]:
-    """[table, experiment, method, ours, published, difference, explanation] for every run cell more
-    than GAP_PP from its published value; the explanation comes from the explanations file
-    (experiment, method -> text with its evidence) or is UNEXPLAINED."""
+    """[table, experiment, method, ours, published, difference, seed interval, explanation] for every run
+    cell more than GAP_PP from its published value; the seed interval says whether the published value
+    lies inside the interval one more seed of ours would fall in (seed_spread.verdict); the explanation
+    comes from the explanations file (experiment, method -> text with its evidence) or is UNEXPLAINED."""
     rows, seen = [], set()
     for t in published:
         for dataset, setting, exp in t.rows:
@@ -294,7 +305,8 @@ def gap_rows(published: list, protocol: str | None, cells: dict, explanations: d
                     why = explanations.get((exp, m)) or explanations.get((exp, "*")) or UNEXPLAINED
                     if why.lower().startswith("unexplained"):  # measured, yet no reading or probe accounts for it
                         why = UNEXPLAINED + why[len("unexplained") :]
-                    rows.append([f"{t.table}", exp, m, ours_text(c), f"{100 * pub:.1f}", pp(diff), why])
+                    spread = seed_spread.verdict(c.accuracies, pub)
+                    rows.append([f"{t.table}", exp, m, ours_text(c), f"{100 * pub:.1f}", pp(diff), spread, why])
     return rows
 
 
@@ -306,15 +318,23 @@ def gaps_section(published: list, protocol: str | None, cells: dict, explanation
     lines += [
         f"{gap_counts(rows)}. Explanations come from `docs/results/explanations.csv` and name their evidence; "
         "one explained by a reading is matched by a probe under a reading the default does not take, because "
-        "the fit over every cell that reading affects chose the default (`docs/choices.md`).",
+        "the fit over every cell that reading affects chose the default (`docs/choices.md`). The column "
+        f"before it is computed: where one more seed of ours would fall with probability {100 * seed_spread.LEVEL:g}% "
+        "(mean +- t * sd * sqrt(1 + 1/n), from three seeds or more), and whether the published value, one run, "
+        "lies inside. It is wide at three seeds (about 5 sd either side) and does not change the labels.",
         "",
     ]
-    return (
-        lines
-        + _table(["table", "experiment", "method", "ours", "published", "difference", "explanation"], rows)
-        + [""]
-        + stand_in_note([cells[(protocol, exp, m)] for _, exp, m, *_ in rows])
-    )
+    head = [
+        "table",
+        "experiment",
+        "method",
+        "ours",
+        "published",
+        "difference",
+        f"published in our seeds' {100 * seed_spread.LEVEL:g}% prediction interval",
+        "explanation",
+    ]
+    return lines + _table(head, rows) + [""] + stand_in_note([cells[(protocol, exp, m)] for _, exp, m, *_ in rows])
 
 
 def unpublished(protocol: str | None, cells: dict, methods_default: tuple[str, ...], label: str) -> list[str]:
