@@ -41,6 +41,8 @@ def test_newcomers_are_evaluated_with_their_own_statistic(digits, statistic):
     hits = unpack_hits(res.extra["unseen_test_hits"])
     assert [h.size for h in hits] == [c.n_test for c in hold_out(digits, 1)[1].clients]
     assert [float(np.float32(h.sum()) / np.float32(h.size)) for h in hits] == res.extra["unseen_per_client"]
+    # the row keeps the statistic's width (digits: 10 labels, so class_means is 40 wide; the others 32)
+    assert res.extra["statistic_width"] == (40 if statistic == "class_means" else 32)
 
 
 def test_the_random_control_names_every_client_by_its_id_in_the_full_scenario(digits):
@@ -62,7 +64,7 @@ def test_methods_without_a_model_for_a_newcomer_report_none(digits):
     # E1: the clusters hold disjoint classes, so the other cluster's model would score ~0 on a newcomer
     assert min(oracle.extra["unseen_per_client"]) > 0.5
     fedavg = run_method(digits, "FedAvg", proto, seed=0)
-    assert "unseen_accuracy" in fedavg.extra
+    assert "unseen_accuracy" in fedavg.extra and "statistic_width" not in fedavg.extra  # it takes no statistic
     # the per-sample hits and true clusters a row keeps are the training population's, as per_client is
     from fedcond.holdout import hold_out
     from fedcond.results import unpack_hits
