@@ -145,6 +145,17 @@ def test_eigenvalues_cannot_see_a_rotation_by_90_or_180_degrees_and_class_means_
     assert not np.allclose(_means(turned, y), _means(x, y), atol=1e-3)
 
 
+def test_class_means_width_is_at_least_the_eigenvalues_for_few_labels():
+    """3 projections a class for 10 labels (40 numbers); a binary task gets 15 (32), a ternary one 10 (33)."""
+    assert [S.class_means_projections(c) for c in (2, 3, 10, 100)] == [15, 10, 3, 3]
+    assert [S.statistic_dim("class_means", 32, c) for c in (2, 3, 10)] == [32, 33, 40]
+    x, y = _client(3)
+    rows = S.STATISTICS["class_means"].compute([x], [(y >= 5).long()], [0], 2, 32, S.pixel_features, "exact", 0)
+    assert rows.shape == (1, 32)
+    expected = S.pixel_features(x)[y >= 5].mean(0) @ S.public_projection(784, 15)
+    assert np.allclose(rows[0, 2 + 15:], expected.numpy())  # label 1's mean, after the 2 frequencies and label 0's
+
+
 def test_class_means_layout_and_a_missing_class():
     x, y = _client(2)
     y = torch.where(y == 4, torch.zeros_like(y), y)  # no class 4 here
