@@ -6,8 +6,10 @@ paper's eigenvalues (stats.class_means_projections): unchanged for 10 labels, 15
 binary task (E2a, E3a on MNIST/Fashion-MNIST), 10 for a ternary one. Rows of a conditioned method
 (one that takes the statistic: Conditional, Conditional-FedAvg) under `statistic=class_means` on such
 a task were made with the narrower statistic and are no longer what the cell names. Rows of methods
-that ignore the statistic (Oracle, FedAvg, the rivals) are left alone. The task's number of labels is
-read from the scenario the row's experiment builds (data loaded, nothing trained).
+that ignore the statistic (Oracle, FedAvg, the rivals) are left alone, and so are rows that record the
+width they ran with (`statistic_width`, kept from this change on): a second pass moves nothing. The
+task's number of labels is read from the scenario the row's experiment builds (data loaded, nothing
+trained).
 
 Usage: FEDCOND_DATA=... python scripts/supersede_class_means_few_labels.py DB [DB ...] [--dry-run]
 """

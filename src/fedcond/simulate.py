@@ -290,10 +290,8 @@ def final_evaluation(
     if plugins_record():  # the plug-ins loaded where it ran: what produced the row, beside its method
         extra["plugins"] = plugins_record()
     extra["test_hits"] = pack_hits(hits)  # which test samples were right (results.unpack_hits)
-    if alg.conditioned:  # the statistic's width: what the name alone does not pin when a statistic's definition changes
-        extra["statistic_width"] = S.statistic_dim(
-            protocol.statistic, protocol.num_eigenvalues, run.scenario.federation.num_classes
-        )
+    if alg.conditioned:  # the width the model took: a statistic's name does not pin it once its definition changes
+        extra["statistic_width"] = run.ctx.spec(True).stat_dim
     if resumed_after is not None:
         extra["resumed_after_round"] = (
             resumed_after  # rounds 1..resumed_after ran in an earlier process (seconds count both)
