@@ -47,7 +47,8 @@ def stop_after(rounds: int):
 
 def same(a, b):
     """Equal results: accuracies, loss and every extra (curve, ARI, FedDyn's server model, newcomers)."""
-    extra = lambda r: json.dumps({k: v for k, v in r.extra.items() if k != "resumed_after_round"}, sort_keys=True)  # noqa: E731
+    timing = ("resumed_after_round", "cpu_seconds")  # how the run went, not what it computed
+    extra = lambda r: json.dumps({k: v for k, v in r.extra.items() if k not in timing}, sort_keys=True)  # noqa: E731
     return a.per_client == b.per_client and a.train_loss == b.train_loss and extra(a) == extra(b)
 
 
@@ -64,6 +65,37 @@ def test_a_run_resumed_from_its_checkpoint_is_the_uninterrupted_run(scenario, tm
     assert resumed.extra["resumed_after_round"] == 2
     assert same(whole, resumed), (whole.per_client, resumed.per_client)
     assert resumed.seconds > 0
+
+
+@pytest.mark.parametrize("kept", [250.0, None])
+def test_a_resumed_run_adds_the_cpu_time_its_checkpoint_kept_and_none_when_it_kept_none(scenario, tmp_path, kept):
+    ckpt = Checkpoint(tmp_path, {"cpu": 1}, every_seconds=0)
+    with pytest.raises(Stop):
+        run_method(scenario, "FedAvg", PROTOCOL, seed=0, checkpoint=ckpt, on_round=stop_after(2))
+    saved = ckpt.load()
+    assert saved.cpu_seconds is not None and 0 < saved.cpu_seconds <= saved.seconds * 1.05 + 0.5  # one thread
+    # the same progress, but as if 250 CPU seconds (or an unknown amount: an older checkpoint) had gone before
+    ckpt.save(saved.rounds_done, saved.state, saved.curve, saved.seconds, saved.traffic, cpu_seconds=kept)
+    res = run_method(scenario, "FedAvg", PROTOCOL, seed=0, checkpoint=Checkpoint(tmp_path, {"cpu": 1}))
+    if kept is None:
+        assert "cpu_seconds" not in res.extra
+    else:
+        assert kept < res.extra["cpu_seconds"] < kept + res.seconds + 1
+
+
+def test_a_whole_run_records_its_cpu_time_with_its_workers(scenario):
+    from fedcond.engine import PoolEngine, SGDConfig
+
+    alone = run_method(scenario, "FedAvg", PROTOCOL, seed=0)
+    assert 0 < alone.extra["cpu_seconds"] <= alone.seconds * 1.05 + 0.5
+    pool = PoolEngine(SGDConfig.of(PROTOCOL), workers=2)
+    try:
+        spread = run_method(scenario, "FedAvg", PROTOCOL, seed=0, engine=pool)
+        assert pool.worker_cpu_seconds > 0
+        # the workers did the training, so the run's CPU time holds theirs, not only this process's
+        assert spread.extra["cpu_seconds"] >= pool.worker_cpu_seconds
+    finally:
+        pool.close()
 
 
 def test_a_save_that_fails_warns_once_and_the_run_goes_on(scenario, tmp_path, monkeypatch):

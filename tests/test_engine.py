@@ -34,6 +34,8 @@ def test_pool_equals_loop_bitwise_unequal_clients():
             got = pool.train(spec, jobs)
         finally:
             pool.close()
+        # the workers' CPU time comes back with their jobs (a run's cpu_seconds adds it to its own process's)
+        assert pool.worker_cpu_seconds > 0
         for a, b in zip(ref, got):
             assert a.steps == b.steps and a.mean_loss == b.mean_loss
             for k in a.params:
@@ -77,6 +79,7 @@ def test_pool_losses_equal_loop_losses():
     pool = PoolEngine(SGDConfig(), workers=2)
     try:
         assert pool.losses(spec, items) == LoopEngine(SGDConfig()).losses(spec, items)
+        assert pool.worker_cpu_seconds > 0
     finally:
         pool.close()
 

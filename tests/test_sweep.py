@@ -87,13 +87,15 @@ def test_rows_name_the_commit_the_process_loaded_not_a_later_one(tmp_path, monke
               progress=False, log=lambda s: None)
     assert sqlite3.connect(db).execute("SELECT git_rev FROM runs").fetchall() == [(loaded,)]
 
-def _timed_row(con, name, method, seconds, seed=0, status="ok", device="cpu", ran_with=None):
-    """A paper-protocol row of `name` that took `seconds` (ran_with: the versions it records; None: this machine's)."""
+def _timed_row(con, name, method, seconds, seed=0, status="ok", device="cpu", ran_with=None, cpu_seconds=None):
+    """A paper-protocol row of `name` that took `seconds` (ran_with: the versions it records; None: this machine's;
+    cpu_seconds: the CPU time it records, None: a row from before CPU time was kept)."""
     from types import SimpleNamespace
 
     e = EXPERIMENTS[name]
+    extra = {} if cpu_seconds is None else {"cpu_seconds": cpu_seconds}
     done = SimpleNamespace(hyperparameters={}, accuracy=0.5, accuracy_std=0.0, weighted_accuracy=0.5, per_client=[],
-                           extra={}, rounds=20, seconds=seconds)
+                           extra=extra, rounds=20, seconds=seconds)
     results.save_run(con, family=e.family, dataset=e.dataset, scenario={"clients_per_cluster": e.clients_per_cluster},
                      method=method, seed=seed, protocol={}, result=done if status == "ok" else None, experiment=name,
                      protocol_name="paper", status=status, error=None if status == "ok" else "diverged", device=device,
@@ -126,6 +128,18 @@ def test_a_cell_to_run_is_estimated_from_the_recorded_cells_most_like_it(tmp_pat
     ]]
     con.close()
     assert got == [100.0, 200.0, 100.0, 200.0, 700.0, None, None]
+
+
+def test_a_rows_cpu_time_is_its_cost_where_it_recorded_one(tmp_path):
+    con = results.connect(tmp_path / "r.sqlite")
+    # two seeds of one cell: the first beside other runs (wall 900 s, CPU 400 s), the second before CPU was kept
+    _timed_row(con, "E1/mnist/K=2/rich", "Local", 900.0, seed=0, cpu_seconds=400.0)
+    _timed_row(con, "E1/mnist/K=2/rich", "Local", 500.0, seed=1)
+    _timed_row(con, "E3a/mnist/K=2/rich", "FedAvg", 900.0, cpu_seconds=300.0)
+    estimator = Estimator(con)
+    con.close()
+    assert estimator.seconds(Cell(EXPERIMENTS["E1/mnist/K=2/rich"], "Local", 2, "paper")) == 450.0  # median(400, 500)
+    assert estimator.seconds(Cell(EXPERIMENTS["E3a/mnist/K=2/rich"], "FedAvg", 1, "paper")) == 300.0
 
 
 def test_rows_from_another_kind_of_machine_are_scaled_by_the_ratio_the_database_shows(tmp_path):
@@ -330,6 +344,7 @@ def test_a_cell_killed_mid_run_resumes_from_its_checkpoint_and_matches_an_uninte
     (resumed,), (whole,) = sqlite3.connect(db).execute(q).fetchall(), sqlite3.connect(ref).execute(q).fetchall()
     assert resumed[:4] == whole[:4]
     assert json.loads(resumed[4])["resumed_after_round"] >= saved  # it may have saved once more before the kill
+    assert json.loads(resumed[4])["cpu_seconds"] > 0 and json.loads(whole[4])["cpu_seconds"] > 0
     assert "resumed_after_round" not in json.loads(whole[4])
     assert list(ckpts.glob("*")) == [] and not (tmp_path / "ref.sqlite.checkpoints").exists()
 

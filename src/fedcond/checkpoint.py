@@ -2,7 +2,7 @@
 
 A JDFL run takes ~45 minutes on one core, a Ditto or CIFAR cell ~25: stopping a sweep used to lose
 the cell in flight. With checkpoints, `run_method` writes the algorithm's State (everything it
-has learned: algorithms keep nothing on themselves), the accuracy curve and the seconds spent, at
+has learned: algorithms keep nothing on themselves), the accuracy curve and the seconds spent (wall and CPU), at
 most every `every_seconds`, atomically; a rerun of the same run loads it and goes on from the next
 round. Every random stream in training is named by (seed, round, client), so the resumed run is
 the uninterrupted one, bit for bit on CPU (tests/test_checkpoint.py checks every algorithm).
@@ -80,6 +80,12 @@ class Resumed:
     curve: list
     seconds: float  # spent before the interruption
     traffic: dict | None = None  # the run's traffic counters so far (algorithms/traffic.py)
+    cpu_seconds: float | None = None  # CPU time spent before the interruption; None: not known
+
+
+def _number_or_none(value) -> float | None:
+    """A header's optional number: None where absent (a checkpoint from before it was kept) or not a number."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @dataclass
@@ -154,6 +160,7 @@ class Checkpoint:
             payload["curve"],
             float(header["seconds"]),
             payload.get("traffic"),
+            _number_or_none(header.get("cpu_seconds")),
         )
 
     def progress(self) -> tuple[int, float] | None:
@@ -166,7 +173,15 @@ class Checkpoint:
     def due(self) -> bool:
         return time.perf_counter() - self._last >= self.every_seconds
 
-    def save(self, rounds_done: int, state, curve: list, seconds: float, traffic: dict | None = None) -> None:
+    def save(
+        self,
+        rounds_done: int,
+        state,
+        curve: list,
+        seconds: float,
+        traffic: dict | None = None,
+        cpu_seconds: float | None = None,
+    ) -> None:
         """Write atomically (a temporary file, then a rename): a kill mid-write leaves the last one.
         A save that fails (disk full, no permission) is warned about once and checkpoints stop for
         this run: training goes on, as without checkpoints."""
@@ -179,7 +194,7 @@ class Checkpoint:
             safe_state.save(
                 tmp,
                 {"state": state, "curve": curve, "traffic": traffic},
-                header={"key": self.key(), "rounds_done": rounds_done, "seconds": seconds},
+                header={"key": self.key(), "rounds_done": rounds_done, "seconds": seconds, "cpu_seconds": cpu_seconds},
             )
             os.replace(tmp, self.path)
         except (OSError, RuntimeError, TypeError) as e:  # torch.save reports a full disk as RuntimeError

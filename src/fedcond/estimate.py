@@ -54,16 +54,18 @@ def _likeness(exp, family, dataset, per_cluster, clients, method, pname) -> tupl
 
 
 class Estimator:
-    """Expected wall times of cells from the finished rows of one results database, for machines of
-    kind `here` (default: this one). Recorded times are what those runs took, however busy the
-    machine was then: an estimate for planning, not a benchmark."""
+    """Expected times of cells from the finished rows of one results database, for machines of kind
+    `here` (default: this one): a row's CPU time where it recorded one (`extra.cpu_seconds`, what the
+    run cost whatever else shared the cores), else its wall time, which also holds whatever else the
+    machine ran then. An estimate for planning, not a benchmark."""
 
     def __init__(self, con, here: str | None = None):
         self.here = here or this_machine()
         self.levels: list[dict[tuple, list[tuple[str | None, float]]]] = [{}, {}, {}, {}, {}]
         rows = con.execute(
-            "SELECT experiment, family, dataset, scenario, method, protocol_name, seconds, device, versions"
-            " FROM runs WHERE status = 'ok' AND seconds > 0 AND experiment IS NOT NULL"
+            "SELECT experiment, family, dataset, scenario, method, protocol_name,"
+            " COALESCE(json_extract(extra, '$.cpu_seconds'), seconds) AS spent, device, versions"
+            " FROM runs WHERE status = 'ok' AND spent > 0 AND experiment IS NOT NULL"
         ).fetchall()
         for exp, family, dataset, scenario, method, pname, sec, device, versions in rows:
             sc = json.loads(scenario or "{}")

@@ -211,13 +211,15 @@ def run_method(
     training goes; the caller removes it once the result is recorded.
     `on_metrics(round, metrics)`: after every round (1-based), its metrics (round_metrics), for trackers.
     """
-    start = time.perf_counter()
+    start, process_start = time.perf_counter(), time.process_time()
     run = prepare_run(scenario, method, protocol, seed, stats, hyper, engine, data_dir)
     alg, ctx = run.alg, run.ctx
+    cpu = CpuClock(ctx.engine, process_start)
     rounds = ctx.rounds  # federated: epochs / local_epochs rounds; pooled: one epoch per round
     resumed = checkpoint.load() if checkpoint is not None else None
     if resumed is not None:  # every random stream is named by (seed, round, client): the rest runs as if never stopped
         first, state, curve, earlier = resumed.rounds_done, resumed.state, resumed.curve, resumed.seconds
+        cpu.earlier = resumed.cpu_seconds  # None (a checkpoint from before CPU time was kept): the run's is unknown
         if ctx.traffic is not None:
             ctx.traffic.restore(resumed.traffic)
     else:
@@ -233,7 +235,7 @@ def run_method(
             on_metrics(r + 1, round_metrics(r, state, curve))
         if checkpoint is not None and r + 1 < rounds and checkpoint.due():
             traffic = ctx.traffic.as_saved() if ctx.traffic is not None else None
-            checkpoint.save(r + 1, state, curve, earlier + time.perf_counter() - start, traffic)
+            checkpoint.save(r + 1, state, curve, earlier + time.perf_counter() - start, traffic, cpu.spent())
         if on_round is not None:
             on_round(r, state)
 
@@ -247,6 +249,9 @@ def run_method(
     )
     if alg.counts_traffic and ctx.traffic is not None:  # what crossed the wire, per client (algorithms/traffic.py)
         extra["traffic"] = ctx.traffic.summary(rounds)
+    spent = cpu.spent()
+    if spent is not None:  # core-seconds, whatever else shared the cores: what the run itself cost
+        extra["cpu_seconds"] = round(spent, 2)
     return MethodResult(
         method=run.name,
         accuracy=float(np.mean(per_client)),
@@ -259,6 +264,28 @@ def run_method(
         hyperparameters=hyperparameters(alg),
         extra=extra,
     )
+
+
+class CpuClock:
+    """The CPU time a run costs: this process's (every thread) since `process_start`, plus what the
+    engine's worker processes report for their jobs since the clock was made (an engine shared by
+    several runs counts each its own). Wall time also holds whatever else shared the cores, or a
+    paused process (a row's `seconds`); this does not. None where an engine does not report its
+    workers' time (`worker_cpu_seconds`) or a resumed checkpoint did not keep the time before it."""
+
+    def __init__(self, engine, process_start: float) -> None:
+        self.engine, self.process_start = engine, process_start
+        self.workers_start = self._workers()
+        self.earlier: float | None = 0.0  # what a checkpoint says was spent before this process took over
+
+    def _workers(self) -> float | None:
+        return getattr(self.engine, "worker_cpu_seconds", None)
+
+    def spent(self) -> float | None:
+        workers = self._workers()
+        if workers is None or self.workers_start is None or self.earlier is None:
+            return None
+        return self.earlier + time.process_time() - self.process_start + workers - self.workers_start
 
 
 def round_metrics(r: int, state: State, curve: list) -> dict[str, float]:

@@ -419,20 +419,23 @@ def test_newcomers_summary_says_who_wins_where_and_the_deployable_gap_to_oracle(
 
 def test_wall_time_per_configuration_names_the_cpu(tmp_path):
     con = results.connect(tmp_path / "r.sqlite")
-    for method, seconds in (("FedAvg", 300.0), ("Ditto", 1800.0)):
+    # Ditto ran beside other runs: 30 minutes of wall time, 12 of CPU; FedAvg is from before CPU time was kept
+    for method, seconds, extra in (("FedAvg", 300.0, {}), ("Ditto", 1800.0, {"cpu_seconds": 720.0})):
         results.save_run(con, family="E1", dataset="mnist", scenario={}, method=method, seed=0, protocol={},
-                         result=FakeResult(0.9, seconds=seconds), experiment="E1/mnist/K=2/rich", protocol_name="paper")
+                         result=FakeResult(0.9, seconds=seconds, extra=extra), experiment="E1/mnist/K=2/rich",
+                         protocol_name="paper")
     con.execute("UPDATE runs SET versions = '{}' WHERE method = 'FedAvg'")  # a row from before the CPU was recorded
     con.commit()
     con.close()
     text = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text()
     section = text.split("## Wall time per configuration")[1].split("\n## ")[0]
-    assert "In all: 2 rows, 0.6 core-hours." in section
+    # core-hours: Ditto's CPU time (12 min) and FedAvg's wall time (5 min), the only time it has
+    assert "In all: 2 rows, 0.3 core-hours." in section and "(1 of 2 rows:" in section
     line = next(x for x in section.splitlines() if x.startswith("| paper | E1/mnist/K=2/rich |"))
-    assert line.startswith("| paper | E1/mnist/K=2/rich | 2 | 35 | Ditto (30) | ") and "not recorded" in line
+    assert line.startswith("| paper | E1/mnist/K=2/rich | 2 | 35 | 12 (1 row) | Ditto (30) | ") and "not recorded" in line
     assert results.versions()["cpu"] in line  # the recorded CPU, with its vector ISA
-    # per published table: E1 K=2 rich is printed by X and XI, so its 0.6 core-hours count in both
-    assert "| paper | X | 2 | 0.6 | " in section and "| paper | XI | 2 | 0.6 | " in section
+    # per published table: E1 K=2 rich is printed by X and XI, so its 0.3 core-hours count in both
+    assert "| paper | X | 2 | 0.3 | " in section and "| paper | XI | 2 | 0.3 | " in section
     assert section.index("| paper | X |") < section.index("| paper | XI |") < section.index("Per configuration:")
 
 

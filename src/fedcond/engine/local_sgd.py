@@ -151,6 +151,7 @@ class LoopEngine:
     """The reference backend: one job after another, in this process, on one model object per spec."""
 
     name = "loop"
+    worker_cpu_seconds = 0.0  # every job runs in this process: its CPU time is the process's own
 
     def __init__(self, sgd: SGDConfig = SGDConfig()):
         precision.check_supported(sgd.precision)

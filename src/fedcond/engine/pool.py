@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.shared_memory import SharedMemory
 
@@ -48,6 +49,7 @@ def _model(spec):
 
 
 def _train_chunk(payload: bytes) -> bytes:
+    cpu = time.process_time()
     spec, jobs, sgd, block = pickle.loads(payload)
     results = [train_job(_model(spec), job, sgd) for job in jobs]
     if block is not None:  # float weights go to the shared block; the pickle keeps the rest
@@ -65,12 +67,14 @@ def _train_chunk(payload: bytes) -> bytes:
             del flat  # release the exported buffer before closing
         finally:
             shm.close()
-    return pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps((results, time.process_time() - cpu), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _loss_chunk(payload: bytes) -> bytes:
+    cpu = time.process_time()
     spec, items = pickle.loads(payload)
-    return pickle.dumps([mean_loss(_model(spec), *item) for item in items], protocol=pickle.HIGHEST_PROTOCOL)
+    losses = [mean_loss(_model(spec), *item) for item in items]
+    return pickle.dumps((losses, time.process_time() - cpu), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class PoolEngine:
@@ -84,6 +88,9 @@ class PoolEngine:
         self.plugins = tuple(plugins)
         self._pool: ProcessPoolExecutor | None = None
         self._local = LoopEngine(sgd)  # single jobs skip the round trip
+        # CPU seconds the workers spent on this engine's chunks (each measures its own, unpickling
+        # included): with this process's own time, what a run cost in core-seconds (simulate.py)
+        self.worker_cpu_seconds = 0.0
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -135,7 +142,9 @@ class PoolEngine:
         ]
         out: list = [None] * len(items)
         for chunk, fut in zip(chunks, futures):
-            for i, res in zip(chunk, pickle.loads(fut.result())):
+            results, cpu = pickle.loads(fut.result())
+            self.worker_cpu_seconds += cpu
+            for i, res in zip(chunk, results):
                 out[i] = res
         return out
 

@@ -32,6 +32,7 @@ class VmapEngine:
     """Same interface as LoopEngine; `chunk` clients per vectorised group bounds device memory."""
 
     name = "vmap"
+    worker_cpu_seconds = 0.0  # in this process; time on an accelerator is not CPU time and is not counted
 
     def __init__(self, sgd: SGDConfig = SGDConfig(), device: str = "cpu", chunk: int = 256):
         precision.check_supported(sgd.precision, torch.device(device).type)  # bf16: the CPU engines only

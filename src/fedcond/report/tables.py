@@ -431,8 +431,22 @@ def _mean_std(values: tuple[float, ...]) -> str:
     return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} ± {statistics.stdev(values):.3f}"
 
 
+def core_seconds(r: dict) -> float:
+    """What a row cost on the CPU: its recorded CPU time (`extra.cpu_seconds`, every process of the run),
+    else its wall time, an upper bound (it also holds whatever else shared the cores, or a paused process)."""
+    cpu = (r.get("extra") or {}).get("cpu_seconds")
+    return float(cpu) if cpu is not None else float(r.get("seconds") or 0)
+
+
+def _cpu_minutes(cpu: list[float], rows: int) -> str:
+    """The summed CPU minutes of the rows that recorded them, and how many those are where not all did."""
+    if not cpu:
+        return "-"
+    return f"{sum(cpu) / 60:.0f}" + (f" ({len(cpu)} row{'s' * (len(cpu) != 1)})" if len(cpu) < rows else "")
+
+
 def walltime_section(ok: list[dict]) -> list[str]:
-    """Per experiment and protocol: the cells run, their wall time and the CPUs they ran on (the
+    """Per experiment and protocol: the cells run, their wall and CPU time and the CPUs they ran on (the
     same machine kind can be an AVX-512 or an AVX2 CPU, and times differ between them)."""
     groups: dict[tuple, list[dict]] = {}
     for r in ok:
@@ -444,6 +458,7 @@ def walltime_section(ok: list[dict]) -> list[str]:
         groups.items(), key=lambda kv: (protocol_order(kv[0][0]), experiment_order(kv[0][1] or ""))
     ):
         secs = [r["seconds"] for r in rs if r.get("seconds") is not None]
+        cpu = [r["extra"]["cpu_seconds"] for r in rs if (r.get("extra") or {}).get("cpu_seconds") is not None]
         slowest = max(rs, key=lambda r: r.get("seconds") or 0)
         cpus = sorted({(r.get("versions") or {}).get("cpu", "not recorded") for r in rs})
         table.append(
@@ -452,30 +467,34 @@ def walltime_section(ok: list[dict]) -> list[str]:
                 exp,
                 str(len(rs)),
                 f"{sum(secs) / 60:.0f}",
+                _cpu_minutes(cpu, len(rs)),
                 f"{slowest['method']} ({(slowest.get('seconds') or 0) / 60:.0f})",
                 "; ".join(cpus),
             ]
         )
-    total = sum(r.get("seconds") or 0 for r in ok) / 3600
+    total = sum(core_seconds(r) for r in ok) / 3600
+    timed = sum((r.get("extra") or {}).get("cpu_seconds") is not None for r in ok)
     return (
         [
             "## Wall time per configuration",
             "",
-            f"Rows (cells and seeds) per experiment and protocol, their summed wall time in minutes, the "
-            f"slowest method, and the CPU (rows made before the CPU was recorded say so). In all: {len(ok)} rows, "
-            f"{total:.1f} core-hours. A row's time is its wall time: it includes whatever else shared the machine's "
-            f"cores and any time its process was paused (SIGSTOP), so these core-hours are upper bounds.",
+            f"Rows (cells and seeds) per experiment and protocol, their summed wall time in minutes, the CPU time "
+            f"of the rows that recorded it, the slowest method, and the CPU (rows made before the CPU was recorded "
+            f"say so). In all: {len(ok)} rows, {total:.1f} core-hours. A row's core-hours are its CPU time where it "
+            f"recorded one ({timed} of {len(ok)} rows: every process of the run, whatever else shared the cores), "
+            f"else its wall time, which includes whatever else shared the machine's cores and any time its process "
+            f"was paused (SIGSTOP), an upper bound.",
             "",
         ]
         + per_table_walltime(ok)
-        + _table(["protocol", "experiment", "rows", "minutes", "slowest (minutes)", "CPU"], table)
+        + _table(["protocol", "experiment", "rows", "minutes", "CPU minutes", "slowest (minutes)", "CPU"], table)
         + [""]
     )
 
 
 def per_table_walltime(ok: list[dict]) -> list[str]:
-    """Core-hours per published table and protocol, and the CPUs they ran on; a configuration that two
-    tables print (E1 K=2 rich: X and XI) counts in both, so the column adds up to more than the total."""
+    """Core-hours (core_seconds) per published table and protocol, and the CPUs they ran on; a configuration
+    that two tables print (E1 K=2 rich: X and XI) counts in both, so the column adds up to more than the total."""
     groups: dict[tuple, list[dict]] = {}
     for r in ok:
         exp = EXPERIMENTS.get(r["experiment"] or "")
@@ -489,7 +508,7 @@ def per_table_walltime(ok: list[dict]) -> list[str]:
         groups.items(), key=lambda kv: (protocol_order(kv[0][0]), index.get(kv[0][1], len(index)), kv[0][1])
     ):
         cpus = sorted({(r.get("versions") or {}).get("cpu", "not recorded") for r in rs})
-        hours = sum(r.get("seconds") or 0 for r in rs) / 3600
+        hours = sum(core_seconds(r) for r in rs) / 3600
         body.append([p or "-", t, str(len(rs)), f"{hours:.1f}", "; ".join(cpus)])
     return (
         ["Per published table (a configuration two tables print counts in both):", ""]
