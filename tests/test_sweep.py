@@ -130,6 +130,23 @@ def test_a_cell_to_run_is_estimated_from_the_recorded_cells_most_like_it(tmp_pat
     assert got == [100.0, 200.0, 100.0, 200.0, 700.0, None, None]
 
 
+def test_a_method_never_run_on_a_dataset_is_estimated_by_its_cost_over_fedavg_elsewhere(tmp_path):
+    con = results.connect(tmp_path / "r.sqlite")
+    # Ditto costs 4x and 6x FedAvg where both ran (median 5x); CIFAR-10 has FedAvg only
+    for name, fedavg, ditto in (("E1/mnist/K=2/rich", 100.0, 400.0), ("E3a/mnist/K=2/rich", 200.0, 1200.0)):
+        _timed_row(con, name, "FedAvg", fedavg)
+        _timed_row(con, name, "Ditto", ditto)
+    _timed_row(con, "E1/cifar10/K=2/rich", "FedAvg", 1000.0)
+    estimator = Estimator(con)
+    con.close()
+    cifar = EXPERIMENTS["E1/cifar10/K=2/rich"]
+    assert estimator.seconds(Cell(cifar, "Ditto", 0, "paper")) == 5000.0
+    assert estimator.seconds(Cell(cifar, "Ditto(personal_epochs=1)", 0, "paper")) == 5000.0  # by its base name
+    assert estimator.seconds(Cell(cifar, "IFCA", 0, "paper")) is None  # never run anywhere: no ratio, no guess
+    assert estimator.seconds(Cell(EXPERIMENTS["E1/fmnist/K=2/rich"], "Ditto", 0, "paper")) is None  # no FedAvg there
+    assert "Ditto as FedAvg x5.00 (its median ratio over 2 settings that ran both)" in estimator.basis()
+
+
 def test_a_rows_cpu_time_is_its_cost_where_it_recorded_one(tmp_path):
     con = results.connect(tmp_path / "r.sqlite")
     # two seeds of one cell: the first beside other runs (wall 900 s, CPU 400 s), the second before CPU was kept

@@ -9,9 +9,13 @@ cells), and unscaled, with a note saying so, only where no row like the cell can
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
+
+# the method every grid runs: a method with no row like a cell is estimated against it (_from_reference)
+REFERENCE = "FedAvg"
 
 
 def machine_kind(device: str, versions: str | dict | None) -> str | None:
@@ -67,9 +71,12 @@ class Estimator:
             " COALESCE(json_extract(extra, '$.cpu_seconds'), seconds) AS spent, device, versions"
             " FROM runs WHERE status = 'ok' AND spent > 0 AND experiment IS NOT NULL"
         ).fetchall()
+        # (experiment, protocol, kind) -> method -> times: how methods' costs compare within one setting
+        self.settings: dict[tuple, dict[str, list[float]]] = {}
         for exp, family, dataset, scenario, method, pname, sec, device, versions in rows:
             sc = json.loads(scenario or "{}")
             kind = machine_kind(device, versions)
+            self.settings.setdefault((exp, pname, kind), {}).setdefault(method, []).append(sec)
             for level, key in zip(
                 self.levels,
                 _likeness(exp, family, dataset, sc.get("clients_per_cluster"), sc.get("clients"), method, pname),
@@ -77,6 +84,7 @@ class Estimator:
                 level.setdefault(key, []).append((kind, sec))
         self.ratios, self.ratio_level = self._ratios()
         self.used: dict[str | None, int] = {}  # kind of machine -> rows it lent to the estimates so far
+        self.from_reference: dict[str, tuple[float, int]] = {}  # method -> its ratio to REFERENCE, where used
 
     def _ratios(self) -> tuple[dict[str | None, tuple[float, int]], dict[str | None, int]]:
         """kind -> (how many times longer a cell takes here than there, cells it is the median of):
@@ -114,7 +122,7 @@ class Estimator:
         like = _likeness(e.name, e.family, e.dataset, e.clients_per_cluster, e.clients, cell.method, cell.protocol_name)
         found = next((level[k] for level, k in zip(self.levels, like) if k in level), None)
         if not found:
-            return None
+            return self._from_reference(cell)
         mine = [sec for kind, sec in found if kind == self.here]
         if mine:
             self.used[self.here] = self.used.get(self.here, 0) + len(mine)
@@ -123,6 +131,30 @@ class Estimator:
         for kind, _ in scalable or found:
             self.used[kind] = self.used.get(kind, 0) + 1
         return statistics.median(sec * self.ratios.get(kind, (1.0, 0))[0] for kind, sec in scalable or found)
+
+    def _from_reference(self, cell) -> float | None:
+        """A method never recorded on a cell's dataset (CIFAR-10's Ditto): REFERENCE's estimate for the
+        cell times the method's cost over REFERENCE's where both ran in one setting (the same experiment,
+        protocol and kind of machine; the median over settings, each side's fastest row), on any dataset.
+        None where either is missing."""
+        if cell.method == REFERENCE:
+            return None
+        ratio = self._ratio_to_reference(cell.method) or self._ratio_to_reference(cell.method.split("(", 1)[0])
+        if ratio is None:
+            return None
+        reference = self.seconds(dataclasses.replace(cell, method=REFERENCE))
+        if reference is None:
+            return None
+        self.from_reference[cell.method] = ratio
+        return reference * ratio[0]
+
+    def _ratio_to_reference(self, method: str) -> tuple[float, int] | None:
+        ratios = [
+            min(times[method]) / min(times[REFERENCE])
+            for times in self.settings.values()
+            if method in times and REFERENCE in times
+        ]
+        return (statistics.median(ratios), len(ratios)) if ratios else None
 
     def basis(self) -> str:
         """Which machines the estimates so far came from, and how they were scaled (one line)."""
@@ -143,4 +175,11 @@ class Estimator:
                 )
             else:
                 parts.append(f"{rows(kind)} unscaled (no cell recorded on both; times here may differ 2-3x)")
-        return f"estimates for this {self.here} machine from " + "; ".join(parts) if parts else ""
+        if not parts:
+            return ""
+        scaled = "; ".join(
+            f"{m} as {REFERENCE} x{ratio:.2f} (its median ratio over {n} setting{'s' * (n != 1)} that ran both)"
+            for m, (ratio, n) in sorted(self.from_reference.items())
+        )
+        where = f"; methods never recorded on a cell's dataset: {scaled}" if scaled else ""
+        return f"estimates for this {self.here} machine from " + "; ".join(parts) + where

@@ -112,6 +112,24 @@ def test_the_fedavg_family_may_train_more_local_epochs_in_the_same_rounds(digits
         make_algorithm(f"{method}(local_epochs=0)")
 
 
+@pytest.mark.parametrize("method", ["Conditional-FedAvg(local_epochs=1)", "FedAvg", "Oracle-FedAvg"])
+def test_the_fedavg_family_may_take_its_own_local_batch_size(digits, method):
+    """`local_batch_size=8` is the run the protocol's batch size 8 gives (the same steps, bit for bit), under a
+    protocol whose batch size stays 32 for every other method: more local steps for the same samples trained
+    and the same bytes sent; None follows the protocol's."""
+    proto = PROTOCOL.replace(statistic="class_means")  # batch 32
+    own = run_method(digits, method.replace(")", ",local_batch_size=8)") if "(" in method
+                     else f"{method}(local_batch_size=8)", proto)
+    protocols = run_method(digits, method, proto.replace(batch_size=8))
+    assert own.per_client == protocols.per_client and own.train_loss == protocols.train_loss
+    default = run_method(digits, method, proto)
+    assert default.per_client != own.per_client
+    assert own.extra["traffic"]["samples_trained_per_client"] == default.extra["traffic"]["samples_trained_per_client"]
+    assert own.extra["traffic"]["bytes_up_per_client"] == default.extra["traffic"]["bytes_up_per_client"]
+    with pytest.raises(FedcondError, match="local_batch_size must be >= 1"):
+        make_algorithm("FedAvg(local_batch_size=0)")
+
+
 def test_gossip_glorot_init_draws_kerass_defaults_independently_per_client():
     import math
 

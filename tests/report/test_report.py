@@ -315,7 +315,8 @@ def test_readme_summary_block_is_refilled_from_the_database_and_the_rest_kept(tm
     assert "stale table" not in text
     assert "| XI (E1 label shift) | 2 of 120 | -2.0 pp | 3.0 pp |" in text
     assert "| XIII (E2a covariate shift by subclasses) | 0 of 72 | - | - |" in text
-    assert "value: 1 cell; 1 unexplained; 0 explained by a reading other than the default" in text and "E1/mnist/K=2/super_sparse FedAvg" in text
+    assert "value: 1 cell; 1 unexplained; 0 explained by a reading other than the default" in text
+    assert "`docs/results/explanations.csv`; in short: E1/mnist/K=2/super_sparse FedAvg" in text
 
 
 def test_readme_without_its_markers_or_without_a_protocol_is_one_clear_error(tmp_path):

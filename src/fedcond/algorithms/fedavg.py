@@ -11,9 +11,10 @@ server instead steps along that average's difference from w_r.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..engine import SGDConfig
 from ..errors import FedcondError
 from ..models import CONDITIONINGS
 from .base import Algorithm, Context, State, aggregate, carried_momentum, receive, send
@@ -31,11 +32,16 @@ class FedAvg(ServerOptimiser, Algorithm):
     carry_momentum: bool = False
     # local epochs per round, the rounds staying the protocol's; None: the protocol's (`--local-epochs`)
     local_epochs: int | None = None
+    # the clients' minibatch size; None: the protocol's (`--batch-size`). Smaller: more local steps a round
+    # for the same samples trained (a lever for clients with few samples, issue 45)
+    local_batch_size: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
         if self.local_epochs is not None and self.local_epochs < 1:
             raise FedcondError(f"local_epochs must be >= 1, got {self.local_epochs}")
+        if self.local_batch_size is not None and self.local_batch_size < 1:
+            raise FedcondError(f"local_batch_size must be >= 1, got {self.local_batch_size}")
 
     def plain_jobs(self) -> bool:
         return not self.carry_momentum  # carried buffers are optimiser state DP-SGD's fresh optimiser cannot take
@@ -55,6 +61,7 @@ class FedAvg(ServerOptimiser, Algorithm):
                 self.conditioned,
                 seed=(r, i),
                 epochs=epochs,
+                sgd=self.local_sgd(ctx),
                 **({"momentum": state.momentum[i], "keep_momentum": True} if self.carry_momentum else {}),
             )
             for i in range(n)
@@ -76,6 +83,10 @@ class FedAvg(ServerOptimiser, Algorithm):
             train_loss=replies.loss,
             extra=extra,
         )
+
+    def local_sgd(self, ctx: Context) -> SGDConfig | None:
+        """The clients' optimiser where `local_batch_size` changes it; None: the engine's (the protocol's)."""
+        return None if self.local_batch_size is None else replace(ctx.sgd, batch_size=self.local_batch_size)
 
     def epochs_per_round(self, ctx: Context) -> int:
         """Local epochs of a round: `local_epochs`, or the protocol's (`--local-epochs`) where it is None."""

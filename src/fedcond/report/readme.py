@@ -35,8 +35,8 @@ def summary_lines(published: list, protocol: str | None, cells: dict, explanatio
     return (
         lines
         + [
-            f"More than {md.GAP_PP:g} pp from the published value: {md.gap_counts(gaps)} "
-            "(explanations with their evidence: `docs/results/explanations.csv`): " + "; ".join(items) + "."
+            f"More than {md.GAP_PP:g} pp from the published value: {md.gap_counts(gaps)}. Their explanations, "
+            "with the evidence, are in `docs/results/explanations.csv`; in short: " + "; ".join(items) + "."
         ]
         + footnote
     )
