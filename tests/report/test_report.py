@@ -359,6 +359,11 @@ def test_newcomers_section_shows_seen_and_unseen_per_statistic(tmp_path):
     assert "| -44.0 pp | 1 | 1 | - | - | - |" in section  # no traffic recorded: not measured, not zero
     assert "![seen against unseen accuracy](newcomers_seen_unseen.png)" in section
     assert (tmp_path / "out" / "newcomers_seen_unseen.png").read_bytes()[:4] == b"\x89PNG"
+    from fedcond.report.newcomers import figure_panels
+
+    # a point far below the rest gets the top right enlarged beside the whole; points all near it, one panel
+    assert figure_panels(45.0) == [(42.0, "every configuration"), (85.0, "enlarged: 85-100%")]
+    assert figure_panels(88.0) == [(85.0, "every configuration")]
 
 
 def test_the_newcomers_figure_labels_each_method_with_its_measured_budget():

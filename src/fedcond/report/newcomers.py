@@ -44,6 +44,7 @@ def budget_labels(ok: list[dict]) -> dict[str, str]:
 
 
 _MARKERS = ("o", "s", "D", "v", "P", "X", "<", ">", "p", "h")
+ZOOM_FROM = 85.0  # the enlarged panel's lower edge (%)
 
 
 def draw_seen_unseen(ok: list[dict], out: Path) -> Path | None:
@@ -64,32 +65,44 @@ def draw_seen_unseen(ok: list[dict], out: Path) -> Path | None:
     methods = sorted({m for m, _ in points}, key=method_order)
     palette = distinct_colours(len(methods))
     style = {m: (palette[i], _MARKERS[i % len(_MARKERS)]) for i, m in enumerate(methods)}
-    fig = Figure(figsize=(6.4, 5.6 + 0.16 * len(points)), layout="constrained")
-    ax = fig.add_subplot()
+    panels = figure_panels(min(min(min(x, y) for x, y in xy) for xy in points.values()))
+    fig = Figure(figsize=(6.4 * len(panels), 5.6 + 0.16 * len(points)), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
     handles = []
     for (method, statistic), xy in sorted(points.items(), key=lambda kv: (method_order(kv[0][0]), kv[0][1])):
         xs, ys = zip(*xy)
         c, marker = style[method]
         hollow = statistic == "eigenvalues"
         face = "none" if hollow else c
-        ax.scatter(xs, ys, s=30, marker=marker, facecolors=face, edgecolors=c, linewidths=1.0, alpha=0.85)
+        for ax in axes:
+            ax.scatter(xs, ys, s=30, marker=marker, facecolors=face, edgecolors=c, linewidths=1.0, alpha=0.85)
         label = method + (f" ({statistic})" if statistic else "")
         if method in budgets:
             label += f": {budgets[method]}"
         handles.append(Line2D([], [], color=c, marker=marker, markerfacecolor=face, ls="", label=label))
-    lo = min(min(min(x, y) for x, y in xy) for xy in points.values())
-    lo = max(0.0, lo - 3)
-    ax.plot([lo, 100], [lo, 100], color="grey", lw=0.8, ls="--")
-    ax.set_xlim(lo, 100.5)
-    ax.set_ylim(lo, 100.5)
-    ax.set_xlabel("seen clients: accuracy (%)")
-    ax.set_ylabel("clients held out of training: accuracy (%)")
-    ax.set_title("Training clients against newcomers, one point per configuration", fontsize=10)
+    for ax, (start, title) in zip(axes, panels):
+        ax.plot([start, 100], [start, 100], color="grey", lw=0.8, ls="--")
+        ax.set_xlim(start, 100.5)
+        ax.set_ylim(start, 100.5)
+        ax.set_xlabel("seen clients: accuracy (%)")
+        ax.set_ylabel("clients held out of training: accuracy (%)")
+        ax.set_title(title, fontsize=9)
+    fig.suptitle("Training clients against newcomers, one point per configuration", fontsize=10)
     # below the axes, not inside them: a long name with its budget would cover the points and the y label
     fig.legend(handles=handles, fontsize=7, loc="outside lower center", frameon=False)
     path = Path(out) / NAME
     _save(fig, path)
     return path
+
+
+def figure_panels(lowest: float) -> list[tuple[float, str]]:
+    """(lower edge, title) of each panel: every point, and where they reach far below the top right, where
+    most rows sit, a second panel that enlarges it."""
+    lo = max(0.0, lowest - 3)
+    panels = [(lo, "every configuration")]
+    if lo < ZOOM_FROM - 5:
+        panels.append((ZOOM_FROM, f"enlarged: {ZOOM_FROM:g}-100%"))
+    return panels
 
 
 def distinct_colours(n: int) -> list:
