@@ -242,7 +242,7 @@ def test_sweep_dry_run_marks_recorded_cells(capsys, tmp_path):
     assert code == 0 and "todo  E1/mnist/K=2/rich  FedAvg  seed 1  [smoke]  ~30 min" in out
     summary, basis = out.strip().splitlines()[-2:]
     assert summary == ("3 cells: 0 already in " + str(db) + ", 3 to run"
-                       " (~0.5 core-hours at the recorded times of like cells; 2 with no like cell recorded)")
+                       " (~0.5 core-hours at the recorded times of like cells, CPU time where recorded; 2 with no like cell recorded)")
     from fedcond.estimate import this_machine
 
     assert basis == f"estimates for this {this_machine()} machine from {this_machine()} rows as recorded"

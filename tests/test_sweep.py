@@ -153,10 +153,15 @@ def test_a_rows_cpu_time_is_its_cost_where_it_recorded_one(tmp_path):
     _timed_row(con, "E1/mnist/K=2/rich", "Local", 900.0, seed=0, cpu_seconds=400.0)
     _timed_row(con, "E1/mnist/K=2/rich", "Local", 500.0, seed=1)
     _timed_row(con, "E3a/mnist/K=2/rich", "FedAvg", 900.0, cpu_seconds=300.0)
+    # a row whose extra holds a NaN (an empty cluster's accuracy), which SQLite's JSON functions refuse: its wall time
+    _timed_row(con, "E3b/mnist/K=2/rich", "Local", 700.0)
+    con.execute("""UPDATE runs SET extra = '{"cluster_accuracy": NaN, "cpu_seconds": 1.0}' WHERE experiment LIKE 'E3b%'""")
+    con.commit()
     estimator = Estimator(con)
     con.close()
     assert estimator.seconds(Cell(EXPERIMENTS["E1/mnist/K=2/rich"], "Local", 2, "paper")) == 450.0  # median(400, 500)
     assert estimator.seconds(Cell(EXPERIMENTS["E3a/mnist/K=2/rich"], "FedAvg", 1, "paper")) == 300.0
+    assert estimator.seconds(Cell(EXPERIMENTS["E3b/mnist/K=2/rich"], "Local", 1, "paper")) == 700.0
 
 
 def test_rows_from_another_kind_of_machine_are_scaled_by_the_ratio_the_database_shows(tmp_path):

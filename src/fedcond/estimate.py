@@ -1,4 +1,6 @@
 """How long a sweep's cells will take: from the recorded rows most like each cell, on this kind of machine.
+A row's time is its CPU time where it recorded one (`extra.cpu_seconds`: the cost of the run on one core,
+whatever else shared the machine), else its wall time.
 
 One cell's wall time differs 2-3x between kinds of machine (the same JDFL run: 27-30 min on an
 AVX-512 Xeon, 33-41 min on an AVX-512 EPYC, 51-56 min on an AVX2 EPYC), so a kind is the CPU model
@@ -68,7 +70,10 @@ class Estimator:
         self.levels: list[dict[tuple, list[tuple[str | None, float]]]] = [{}, {}, {}, {}, {}]
         rows = con.execute(
             "SELECT experiment, family, dataset, scenario, method, protocol_name,"
-            " COALESCE(json_extract(extra, '$.cpu_seconds'), seconds) AS spent, device, versions"
+            # CPU time on a CPU row only (an accelerator's time is not in it); extra may hold NaN, which
+            # SQLite's JSON functions refuse: such a row counts its wall time
+            " COALESCE(CASE WHEN device = 'cpu' AND json_valid(extra) THEN json_extract(extra, '$.cpu_seconds') END,"
+            " seconds) AS spent, device, versions"
             " FROM runs WHERE status = 'ok' AND spent > 0 AND experiment IS NOT NULL"
         ).fetchall()
         # (experiment, protocol, kind) -> method -> times: how methods' costs compare within one setting
@@ -117,7 +122,8 @@ class Estimator:
     def seconds(self, cell) -> float | None:
         """The median time of the rows most like `cell`: those recorded on this kind of machine where
         the most alike level has any; else those of kinds the database shows a ratio for, each
-        scaled to this kind; else all of that level's, unscaled. None where no row is like it."""
+        scaled to this kind; else all of that level's, unscaled. Where no row is like it, the
+        method's cost against FedAvg's elsewhere (_from_reference); None where that is missing too."""
         e = cell.experiment
         like = _likeness(e.name, e.family, e.dataset, e.clients_per_cluster, e.clients, cell.method, cell.protocol_name)
         found = next((level[k] for level, k in zip(self.levels, like) if k in level), None)

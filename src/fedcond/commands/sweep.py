@@ -42,7 +42,7 @@ def dry_run(cells, db, data_dir=None, resumes: bool = True, on_ray: bool = False
     if known:
         unknown = len(todo) - len(known)
         summary += (
-            f" (~{sum(known) / 3600:.1f} core-hours at the recorded times of like cells"
+            f" (~{sum(known) / 3600:.1f} core-hours at the recorded times of like cells, CPU time where recorded"
             + (f"; {unknown} with no like cell recorded" if unknown else "")
             + ")"
         )
