@@ -206,7 +206,7 @@ def test_empty_database_and_unknown_protocol(tmp_path):
     table = section(text, "### Table XII: E1 label shift, no runs yet")
     pub = published("XII", "cifar100", "K=20", "Conditional")
     assert row(table, "cifar100", "K=20")[column(table, "Conditional")] == f"not run ({100 * pub:.1f})"
-    assert "Accuracy vs K (E1, table X): skipped" in text
+    assert "Accuracy vs K, one row per table with a K sweep: skipped" in text
     assert not list((tmp_path / "out").glob("*.png"))
     with pytest.raises(FedcondError, match="holds no run of protocol 'papr'"):
         write_report(db, tmp_path / "out", protocol_name="papr")
