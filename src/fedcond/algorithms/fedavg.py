@@ -53,7 +53,7 @@ class FedAvg(ServerOptimiser, Algorithm):
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
-        epochs = self.epochs_per_round(ctx)
+        epochs, sgd = self.epochs_per_round(ctx), self.local_sgd(ctx)
         jobs = [
             ctx.job(
                 state.models[0],
@@ -61,7 +61,7 @@ class FedAvg(ServerOptimiser, Algorithm):
                 self.conditioned,
                 seed=(r, i),
                 epochs=epochs,
-                sgd=self.local_sgd(ctx),
+                sgd=sgd,
                 **({"momentum": state.momentum[i], "keep_momentum": True} if self.carry_momentum else {}),
             )
             for i in range(n)

@@ -260,19 +260,25 @@ def _line_figure(
     return fig
 
 
-def _find(tables: list[PublishedTable], name: str) -> PublishedTable | None:
-    return next((t for t in tables if t.table == name), None)
+def _table_rows(tables, protocol, cells, sweeps, x_of, tick, value, error_bars: bool) -> list[tuple[str, list[_Panel]]]:
+    """One row of panels per published table that `sweeps(settings)` selects and that holds a run of ours."""
+    rows = []
+    for t in tables:
+        if t.rows and sweeps([s for _, s, _ in t.rows]):
+            panels = _panels(t, protocol, cells, x_of, tick, value, error_bars=error_bars)
+            if panels:
+                rows.append((f"table {t.table} ({t.family}): ", panels))
+    return rows
+
+
+def _is_k_sweep(settings: list[str]) -> bool:
+    """Settings that are numbers of clusters, more than one (table XII's one K=20 is not a sweep)."""
+    return len(set(settings)) > 1 and all(_k_x(s) is not None for s in settings)
 
 
 def accuracy_vs_k(tables, protocol, cells) -> tuple[Figure | None, str]:
     """Every table that sweeps the number of clusters (E1 X, E2a XIII, E3b XVII, E4b XX): one row each."""
-    rows = []
-    for t in tables:
-        settings = {s for _, s, _ in t.rows}
-        if len(settings) > 1 and all(_k_x(s) is not None for s in settings):  # a sweep, not one K (XII)
-            panels = _panels(t, protocol, cells, _k_x, _k_tick, accuracy, error_bars=True)
-            if panels:
-                rows.append((f"table {t.table} ({t.family}): ", panels))
+    rows = _table_rows(tables, protocol, cells, _is_k_sweep, _k_x, _k_tick, accuracy, error_bars=True)
     if not rows:
         return None, "no run of a K-sweep setting (tables X, XIII, XVII, XX) under this protocol"
     fig = _line_figure(
@@ -286,13 +292,16 @@ def accuracy_vs_k(tables, protocol, cells) -> tuple[Figure | None, str]:
 
 def _sparsity_rows(tables, protocol, cells, value, error_bars: bool) -> list[tuple[str, list[_Panel]]]:
     """One row of panels per published table whose settings are sparsity levels (XI, XIV, XVI, XVIII, XXI)."""
-    rows = []
-    for t in tables:
-        if t.rows and all(_sparsity_of(s) for _, s, _ in t.rows):
-            panels = _panels(t, protocol, cells, _sparsity_x, _sparsity_tick, value, error_bars=error_bars)
-            if panels:
-                rows.append((f"table {t.table} ({t.family}): ", panels))
-    return rows
+    return _table_rows(
+        tables,
+        protocol,
+        cells,
+        lambda settings: all(_sparsity_of(s) for s in settings),
+        _sparsity_x,
+        _sparsity_tick,
+        value,
+        error_bars,
+    )
 
 
 def _rows_note(rows) -> str:

@@ -431,11 +431,17 @@ def _mean_std(values: tuple[float, ...]) -> str:
     return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} ± {statistics.stdev(values):.3f}"
 
 
-def core_seconds(r: dict) -> float:
-    """What a row cost on the CPU: its recorded CPU time (`extra.cpu_seconds`, every process of the run),
-    else its wall time, an upper bound (it also holds whatever else shared the cores, or a paused process)."""
+def recorded_cpu(r: dict) -> float | None:
+    """A row's recorded CPU time (`extra.cpu_seconds`, every process of the run); None for rows without."""
     cpu = (r.get("extra") or {}).get("cpu_seconds")
-    return float(cpu) if cpu is not None else float(r.get("seconds") or 0)
+    return None if cpu is None else float(cpu)
+
+
+def core_seconds(r: dict) -> float:
+    """What a row cost on the CPU: its recorded CPU time, else its wall time, an upper bound (it also holds
+    whatever else shared the cores, or a paused process)."""
+    cpu = recorded_cpu(r)
+    return cpu if cpu is not None else float(r.get("seconds") or 0)
 
 
 def _cpu_minutes(cpu: list[float], rows: int) -> str:
@@ -458,7 +464,7 @@ def walltime_section(ok: list[dict]) -> list[str]:
         groups.items(), key=lambda kv: (protocol_order(kv[0][0]), experiment_order(kv[0][1] or ""))
     ):
         secs = [r["seconds"] for r in rs if r.get("seconds") is not None]
-        cpu = [r["extra"]["cpu_seconds"] for r in rs if (r.get("extra") or {}).get("cpu_seconds") is not None]
+        cpu = [c for c in map(recorded_cpu, rs) if c is not None]
         slowest = max(rs, key=lambda r: r.get("seconds") or 0)
         cpus = sorted({(r.get("versions") or {}).get("cpu", "not recorded") for r in rs})
         table.append(
@@ -473,7 +479,7 @@ def walltime_section(ok: list[dict]) -> list[str]:
             ]
         )
     total = sum(core_seconds(r) for r in ok) / 3600
-    timed = sum((r.get("extra") or {}).get("cpu_seconds") is not None for r in ok)
+    timed = sum(recorded_cpu(r) is not None for r in ok)
     return (
         [
             "## Wall time per configuration",
