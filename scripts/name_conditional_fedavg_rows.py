@@ -12,6 +12,12 @@ default, and leaves values and every other column as they were. Running it twice
   Failed rows recorded no hyperparameters before stop 60; the only such rows are from stops 50-59 (the
   divergence that led to the change), so they ran stop 50's defaults with beta 0.9, and are named so.
 
+- Stop 69 (`min_local_steps` None -> 18): a row made before it recorded no `min_local_steps`, and every client
+  took the protocol's batch. Where some client of its scenario has fewer than 18 x batch samples, today's
+  default would train that client at a smaller batch, so the row gains `min_local_steps=None`; where every client
+  has that many, today's default runs the same steps bit for bit and the row is left as it is (the scenario is
+  built from the row's experiment, seed and protocol to count; one that cannot be built is named None).
+
 Fields a row's server optimiser does not read (beta for `avg`, adam's beta2 and tau for `momentum`)
 are left out of the name.
 
@@ -21,13 +27,16 @@ are left out of the name.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import os
 import sqlite3
 import sys
 
 from fedcond.algorithms.fedavg import ConditionalFedAvg
 from fedcond.algorithms.server_opt import ServerOptimiser
 from fedcond.algorithms.names import parse_call
+from fedcond.errors import FedcondError
 
 METHOD = "Conditional-FedAvg"
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ConditionalFedAvg)}
@@ -46,16 +55,44 @@ def name_for(hyper: dict) -> str:
     return f"{METHOD}({','.join(kept)})" if kept else METHOD
 
 
-def recorded(method: str, hyper: dict) -> dict:
-    """What the row ran: its hyperparameters column, completed for rows made before stop 50 and for the
-    failed rows of stops 50-59 (which recorded none)."""
+@functools.cache
+def smallest_client(experiment: str, protocol_name: str, seed: int) -> int | None:
+    """The fewest training samples any client of the row's scenario holds; None where it cannot be built."""
+    from fedcond import experiments
+
+    try:
+        (exp,) = experiments.select(experiment)
+        _, fraction = experiments.protocol(protocol_name)
+        spec = exp.spec(seed, os.environ.get("FEDCOND_DATA"), fraction, **experiments.scenario_options(protocol_name))
+        return min(c.n_train for c in spec.build().federation.clients)
+    except (FedcondError, OSError, ValueError, TypeError, KeyError):  # e.g. no such experiment, no data here
+        return None
+
+
+def shrinks(row: dict) -> bool:
+    """Whether today's `min_local_steps` would give some client of the row's scenario a smaller batch."""
+    n = smallest_client(row["experiment"], row["protocol_name"], row["seed"])
+    return n is None or n // DEFAULTS["min_local_steps"] < row["batch_size"]
+
+
+def recorded(method: str, hyper: dict, row: dict | None = None) -> dict:
+    """What the row ran: its hyperparameters column, completed for rows made before stop 50, for the
+    failed rows of stops 50-59 (which recorded none) and, where it changes their steps, for the rows made
+    before stop 69 (`row`: the experiment, protocol name, seed and batch size the scenario is built from)."""
+    before_69 = "min_local_steps" not in hyper
     if "local_epochs" in hyper:
-        return hyper
-    call = parse_call(method)
-    given = {} if call is None else call[1]
-    if not hyper:
-        return {**DEFAULTS, **STOPS_50_TO_59, **given}
-    return {**hyper, **{k: given.get(k, v) for k, v in BEFORE_STOP_50.items()}}
+        out = dict(hyper)
+    else:
+        call = parse_call(method)
+        given = {} if call is None else call[1]
+        if not hyper:
+            kept = {k: v for k, v in DEFAULTS.items() if k != "min_local_steps"}
+            out = {**kept, **STOPS_50_TO_59, **given}
+        else:
+            out = {**hyper, **{k: given.get(k, v) for k, v in BEFORE_STOP_50.items()}}
+    if before_69 and (row is None or shrinks(row)):
+        out["min_local_steps"] = None
+    return out
 
 
 def migrate(path: str) -> int:
@@ -63,11 +100,15 @@ def migrate(path: str) -> int:
     moved = 0
     with con:
         rows = con.execute(
-            "SELECT id, method, hyperparameters FROM runs WHERE method = ? OR method LIKE ?", (METHOD, METHOD + "(%")
+            "SELECT id, method, hyperparameters, experiment, protocol_name, seed, protocol FROM runs "
+            "WHERE method = ? OR method LIKE ?",
+            (METHOD, METHOD + "(%"),
         ).fetchall()
-        for rid, method, text in rows:
+        for rid, method, text, experiment, protocol_name, seed, protocol in rows:
             stored = json.loads(text)
-            hyper = recorded(method, stored)
+            batch = stored.get("local_batch_size") or json.loads(protocol or "{}").get("batch_size", 64)
+            row = {"experiment": experiment, "protocol_name": protocol_name, "seed": seed, "batch_size": batch}
+            hyper = recorded(method, stored, row)
             name = name_for(hyper)
             if name != method or hyper != stored:
                 con.execute(

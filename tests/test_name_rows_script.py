@@ -13,12 +13,13 @@ from fedcond_testing import script_module
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "name_conditional_fedavg_rows.py"
 
 
-def _row(con, method: str, hyper: dict, seed: int) -> None:
+def _row(con, method: str, hyper: dict, seed: int, experiment: str = "E1/mnist/K=2/rich") -> None:
     results.save_row(
         con,
         results.run_row(
-            family="E1", dataset="mnist", scenario={}, method=method, seed=seed, protocol={}, result=None,
-            experiment="E1/mnist/K=2/rich", protocol_name="paper", status="failed", error="x", hyperparameters=hyper,
+            family="E1", dataset="mnist", scenario={}, method=method, seed=seed, protocol={"batch_size": 64},
+            result=None, experiment=experiment, protocol_name="paper", status="failed", error="x",
+            hyperparameters=hyper,
         ),
     )
 
@@ -28,8 +29,9 @@ def _read(s, hyper: dict) -> dict:
     return {k: v for k, v in hyper.items() if k in s.DEFAULTS and k not in ServerOptimiser.unread(hyper["server_opt"])}
 
 
-def test_rows_are_named_by_what_they_ran(tmp_path):
+def test_rows_are_named_by_what_they_ran(tmp_path, monkeypatch):
     s = script_module(SCRIPT)
+    monkeypatch.setattr(s, "smallest_client", lambda *a: 6000)  # rich: min_local_steps changes nothing
     defaults = dict(s.DEFAULTS)
     db = tmp_path / "r.sqlite"
     con = results.connect(db)
@@ -55,3 +57,28 @@ def test_rows_are_named_by_what_they_ran(tmp_path):
         built = hyperparameters(make_algorithm(name))
         assert _read(s, built) == _read(s, {**built, **hyper}), name
     assert s.migrate(str(db)) == 0  # twice changes nothing
+
+
+def test_rows_before_min_local_steps_are_named_none_only_where_it_changes_their_steps(tmp_path, monkeypatch):
+    """Stop 69: a row with no `min_local_steps` took the protocol's batch on every client. Where its scenario
+    has a client with fewer than 18 x 64 samples it is named `min_local_steps=None`; where not (today's default
+    runs the same steps), or where the scenario cannot be built, as below."""
+    s = script_module(SCRIPT)
+    sizes = {"E1/mnist/K=2/rich": 6000, "E1/mnist/K=2/super_sparse": 300, "E4a/mnist+fmnist/clients=100": 1152}
+    monkeypatch.setattr(s, "smallest_client", lambda experiment, protocol_name, seed: sizes.get(experiment))
+    old = {k: v for k, v in s.DEFAULTS.items() if k != "min_local_steps"}
+    db = tmp_path / "r.sqlite"
+    con = results.connect(db)
+    for seed, experiment in enumerate([*sizes, "E9/unknown"]):
+        _row(con, "Conditional-FedAvg", dict(old), seed, experiment)
+    _row(con, "Conditional-FedAvg", dict(s.DEFAULTS), 9, "E1/mnist/K=2/super_sparse")  # made under today's default
+    con.close()
+    assert s.migrate(str(db)) == 2
+    got = dict(sqlite3.connect(db).execute("SELECT experiment || seed, method FROM runs"))
+    assert got["E1/mnist/K=2/rich0"] == "Conditional-FedAvg"
+    assert got["E1/mnist/K=2/super_sparse1"] == "Conditional-FedAvg(min_local_steps=None)"
+    assert got["E4a/mnist+fmnist/clients=1002"] == "Conditional-FedAvg"  # 1152 // 18 = 64: the same batch
+    assert got["E9/unknown3"] == "Conditional-FedAvg(min_local_steps=None)"
+    assert got["E1/mnist/K=2/super_sparse9"] == "Conditional-FedAvg"
+    assert make_algorithm(got["E1/mnist/K=2/super_sparse1"]).min_local_steps is None
+    assert s.migrate(str(db)) == 0

@@ -130,6 +130,40 @@ def test_the_fedavg_family_may_take_its_own_local_batch_size(digits, method):
         make_algorithm("FedAvg(local_batch_size=0)")
 
 
+@pytest.mark.parametrize("method", ["Conditional-FedAvg(local_epochs=1)", "FedAvg", "Oracle-FedAvg"])
+def test_min_local_steps_shrinks_the_batch_of_small_clients_only(digits, method):
+    """`min_local_steps=m`: a client with n samples trains at batch min(protocol's, n // m), so it takes at
+    least m steps an epoch; a client with n // m >= the batch keeps the protocol's (its run unchanged, bit for
+    bit); the samples trained and the bytes sent are the same."""
+    proto = PROTOCOL.replace(statistic="class_means")  # batch 32
+    sizes = [c.n_train for c in digits.federation.clients]
+    ctx = make_context(digits, make_algorithm(method), proto, 0)
+    m = min(sizes) // 10  # every client's n // m is 10 or more, below the protocol's 32
+    alg = make_algorithm(method.replace(")", f",min_local_steps={m})") if "(" in method
+                         else f"{method}(min_local_steps={m})")
+    for i, n in enumerate(sizes):
+        sgd = alg.local_sgd(ctx, i)
+        assert sgd is not None and sgd.batch_size == n // m and -(-n // sgd.batch_size) >= m
+    assert make_algorithm("FedAvg(min_local_steps=1)").local_sgd(ctx, 0) is None  # n // 1 >= 32: unchanged
+    tiny = make_algorithm("FedAvg(min_local_steps=100000)").local_sgd(ctx, 0)
+    assert tiny is not None and tiny.batch_size == 1  # fewer samples than steps: batch 1, n steps
+    with_opt = lambda opt: method.replace(")", f",{opt})") if "(" in method else f"{method}({opt})"  # noqa: E731
+    default = run_method(digits, with_opt("min_local_steps=None"), proto)  # the protocol's batch for every client
+    assert run_method(digits, with_opt("min_local_steps=1"), proto).per_client == default.per_client
+    # a step count that gives every client the same batch b (their sizes are close) is local_batch_size=b
+    common = next(k for k in range(2, max(sizes)) if len({n // k for n in sizes}) == 1 and sizes[0] // k < 32)
+    b = sizes[0] // common
+    small = run_method(digits, with_opt(f"min_local_steps={common}"), proto)
+    same = run_method(digits, with_opt(f"local_batch_size={b},min_local_steps=None"), proto)
+    assert small.per_client == same.per_client
+    assert small.per_client != default.per_client
+    t, t0 = small.extra["traffic"], default.extra["traffic"]
+    assert t["samples_trained_per_client"] == t0["samples_trained_per_client"]
+    assert t["bytes_up_per_client"] == t0["bytes_up_per_client"]
+    with pytest.raises(FedcondError, match="min_local_steps must be >= 1"):
+        make_algorithm("FedAvg(min_local_steps=0)")
+
+
 def test_gossip_glorot_init_draws_kerass_defaults_independently_per_client():
     import math
 

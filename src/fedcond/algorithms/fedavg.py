@@ -35,6 +35,11 @@ class FedAvg(ServerOptimiser, Algorithm):
     # the clients' minibatch size; None: the protocol's (`--batch-size`). Smaller: more local steps a round
     # for the same samples trained (a lever for clients with few samples, issue 45)
     local_batch_size: int | None = None
+    # at least this many local steps an epoch: a client whose data would give fewer at the batch above takes the
+    # largest batch that gives this many (n // min_local_steps); a client with more data keeps that batch, so its
+    # run is unchanged. None: every client takes the batch above. The steps a round stay bounded by the data,
+    # where a fixed small batch multiplies them on large clients too (issue 45)
+    min_local_steps: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -42,6 +47,8 @@ class FedAvg(ServerOptimiser, Algorithm):
             raise FedcondError(f"local_epochs must be >= 1, got {self.local_epochs}")
         if self.local_batch_size is not None and self.local_batch_size < 1:
             raise FedcondError(f"local_batch_size must be >= 1, got {self.local_batch_size}")
+        if self.min_local_steps is not None and self.min_local_steps < 1:
+            raise FedcondError(f"min_local_steps must be >= 1, got {self.min_local_steps}")
 
     def plain_jobs(self) -> bool:
         return not self.carry_momentum  # carried buffers are optimiser state DP-SGD's fresh optimiser cannot take
@@ -53,7 +60,7 @@ class FedAvg(ServerOptimiser, Algorithm):
 
     def round(self, ctx: Context, state: State, r: int) -> State:
         n = ctx.federation.num_clients
-        epochs, sgd = self.epochs_per_round(ctx), self.local_sgd(ctx)
+        epochs = self.epochs_per_round(ctx)
         jobs = [
             ctx.job(
                 state.models[0],
@@ -61,7 +68,7 @@ class FedAvg(ServerOptimiser, Algorithm):
                 self.conditioned,
                 seed=(r, i),
                 epochs=epochs,
-                sgd=sgd,
+                sgd=self.local_sgd(ctx, i),
                 **({"momentum": state.momentum[i], "keep_momentum": True} if self.carry_momentum else {}),
             )
             for i in range(n)
@@ -84,9 +91,14 @@ class FedAvg(ServerOptimiser, Algorithm):
             extra=extra,
         )
 
-    def local_sgd(self, ctx: Context) -> SGDConfig | None:
-        """The clients' optimiser where `local_batch_size` changes it; None: the engine's (the protocol's)."""
-        return None if self.local_batch_size is None else replace(ctx.sgd, batch_size=self.local_batch_size)
+    def local_sgd(self, ctx: Context, client: int) -> SGDConfig | None:
+        """Client `client`'s optimiser where `local_batch_size` or `min_local_steps` changes it; None: the
+        engine's (the protocol's)."""
+        batch = ctx.sgd.batch_size if self.local_batch_size is None else self.local_batch_size
+        if self.min_local_steps is not None:
+            # floor, not ceil: ceil(n / (n // m)) >= m steps an epoch, where a batch of ceil(n / m) may give m - 1
+            batch = min(batch, max(1, ctx.federation.clients[client].n_train // self.min_local_steps))
+        return None if batch == ctx.sgd.batch_size else replace(ctx.sgd, batch_size=batch)
 
     def epochs_per_round(self, ctx: Context) -> int:
         """Local epochs of a round: `local_epochs`, or the protocol's (`--local-epochs`) where it is None."""
@@ -109,6 +121,11 @@ class ConditionalFedAvg(FedAvg):
     # deployable method takes FiLM while the paper's pooled Conditional in the same cell keeps concat
     conditioning: str | None = "film"
     local_epochs: int | None = 5  # FedAvg's field, five a round here
+    # at least 18 local steps an epoch (FedAvg's field): where clients are many and small (300 samples at super
+    # sparse, ~5 steps an epoch at batch 64) they train at batch 16, the batch probed there (stop 68: E1 FMNIST
+    # K=2 super sparse .886 -> .903); a client with 1,152 samples or more keeps the protocol's batch, so rich
+    # cells run as before, where a fixed batch 16 diverged (docs/choices.md "Server optimisers")
+    min_local_steps: int | None = 18
 
     def __post_init__(self):
         super().__post_init__()

@@ -48,8 +48,10 @@ class OracleFedAvg(FedAvg):
     def round(self, ctx: Context, state: State, r: int) -> State:
         n, home = ctx.federation.num_clients, state.assignment
         epochs = self.epochs_per_round(ctx)
-        sgd = self.local_sgd(ctx)
-        jobs = [ctx.job(state.models[home[i]], (i,), False, seed=(r, i), epochs=epochs, sgd=sgd) for i in range(n)]
+        jobs = [
+            ctx.job(state.models[home[i]], (i,), False, seed=(r, i), epochs=epochs, sgd=self.local_sgd(ctx, i))
+            for i in range(n)
+        ]
         send(ctx, range(n), lambda i: state.models[home[i]])
         results: list[JobResult | None] = list(ctx.engine.train(ctx.spec(False), jobs))  # None: dropped out (Flower)
         receive(ctx, range(n), results)
