@@ -15,8 +15,9 @@ default, and leaves values and every other column as they were. Running it twice
 - Stop 69 (`min_local_steps` None -> 18): a row made before it recorded no `min_local_steps`, and every client
   took the protocol's batch. Where some client of its scenario has fewer than 18 x batch samples, today's
   default would train that client at a smaller batch, so the row gains `min_local_steps=None`; where every client
-  has that many, today's default runs the same steps bit for bit and the row is left as it is (the scenario is
-  built from the row's experiment, seed and protocol to count; one that cannot be built is named None).
+  has that many, today's default runs the same steps bit for bit and the row is left as it is. The scenario is
+  built from the row's experiment, seed and protocol to count (FEDCOND_DATA: where the data is missing the script
+  stops, exit 2, and leaves the database as it was); a row that names no registered experiment is named None.
 
 Fields a row's server optimiser does not read (beta for `avg`, adam's beta2 and tau for `momentum`)
 are left out of the name.
@@ -48,31 +49,46 @@ def _text(v) -> str:
     return "None" if v is None else str(v)
 
 
-def name_for(hyper: dict) -> str:
-    """The method name that runs `hyper` under today's defaults: the fields that differ, in field order."""
+def name_for(hyper: dict, method: str = METHOD) -> str:
+    """The method name that runs `hyper` under today's defaults: the fields that differ, those the row's own
+    name (`method`) gives in its order, then the others in field order (a name the sweeps already match stays)."""
     unread = ServerOptimiser.unread(hyper.get("server_opt", DEFAULTS["server_opt"]))
-    kept = [f"{k}={_text(hyper[k])}" for k in DEFAULTS if k in hyper and k not in unread and hyper[k] != DEFAULTS[k]]
+    call = parse_call(method)
+    given = [k for k in (call[1] if call else {}) if k in DEFAULTS]
+    order = given + [k for k in DEFAULTS if k not in given]
+    kept = [f"{k}={_text(hyper[k])}" for k in order if k in hyper and k not in unread and hyper[k] != DEFAULTS[k]]
     return f"{METHOD}({','.join(kept)})" if kept else METHOD
 
 
+class CannotCount(Exception):
+    """A row's scenario could not be built here (its data missing): the script stops rather than guess."""
+
+
 @functools.cache
-def smallest_client(experiment: str, protocol_name: str, seed: int) -> int | None:
-    """The fewest training samples any client of the row's scenario holds; None where it cannot be built."""
+def smallest_client(experiment: str | None, protocol_name: str | None, seed: int) -> int | None:
+    """The fewest training samples any client of the row's scenario holds; None for a row that names no
+    registered experiment (a `fedcond run --db` row), whose scenario cannot be known."""
     from fedcond import experiments
 
-    try:
-        (exp,) = experiments.select(experiment)
-        _, fraction = experiments.protocol(protocol_name)
-        spec = exp.spec(seed, os.environ.get("FEDCOND_DATA"), fraction, **experiments.scenario_options(protocol_name))
-        return min(c.n_train for c in spec.build().federation.clients)
-    except (FedcondError, OSError, ValueError, TypeError, KeyError):  # e.g. no such experiment, no data here
+    exp = experiments.EXPERIMENTS.get(experiment) if experiment else None
+    if exp is None:
         return None
+    try:
+        _, fraction = experiments.protocol(protocol_name or "paper")
+        options = experiments.scenario_options(protocol_name or "paper")
+        spec = exp.spec(seed, os.environ.get("FEDCOND_DATA"), fraction, **options)
+        return min(c.n_train for c in spec.build().federation.clients)
+    except (FedcondError, OSError) as e:
+        raise CannotCount(f"cannot build {experiment} (seed {seed}) to count its clients' samples: {e}") from e
 
 
 def shrinks(row: dict) -> bool:
-    """Whether today's `min_local_steps` would give some client of the row's scenario a smaller batch."""
+    """Whether today's `min_local_steps` would give some client of the row's scenario a smaller batch (a row
+    whose scenario cannot be known: yes, so it is named by the old default)."""
     n = smallest_client(row["experiment"], row["protocol_name"], row["seed"])
-    return n is None or n // DEFAULTS["min_local_steps"] < row["batch_size"]
+    if n is None:
+        return True
+    return max(DEFAULTS["min_batch_size"], n // DEFAULTS["min_local_steps"]) < row["batch_size"]
 
 
 def recorded(method: str, hyper: dict, row: dict | None = None) -> dict:
@@ -109,7 +125,7 @@ def migrate(path: str) -> int:
             batch = stored.get("local_batch_size") or json.loads(protocol or "{}").get("batch_size", 64)
             row = {"experiment": experiment, "protocol_name": protocol_name, "seed": seed, "batch_size": batch}
             hyper = recorded(method, stored, row)
-            name = name_for(hyper)
+            name = name_for(hyper, method)
             if name != method or hyper != stored:
                 con.execute(
                     "UPDATE runs SET method = ?, hyperparameters = ? WHERE id = ?",
@@ -122,4 +138,8 @@ def migrate(path: str) -> int:
 
 if __name__ == "__main__":
     for p in sys.argv[1:]:
-        print(f"{p}: {migrate(p)} row(s) named by what they ran")
+        try:
+            print(f"{p}: {migrate(p)} row(s) named by what they ran")
+        except CannotCount as e:  # the database is left as it was (one transaction)
+            print(f"name_conditional_fedavg_rows: {p}: {e}; set FEDCOND_DATA to the datasets", file=sys.stderr)
+            sys.exit(2)

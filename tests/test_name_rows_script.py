@@ -5,6 +5,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from fedcond import results
 from fedcond.algorithms import hyperparameters, make_algorithm
 from fedcond.algorithms.server_opt import ServerOptimiser
@@ -82,3 +84,38 @@ def test_rows_before_min_local_steps_are_named_none_only_where_it_changes_their_
     assert got["E1/mnist/K=2/super_sparse9"] == "Conditional-FedAvg"
     assert make_algorithm(got["E1/mnist/K=2/super_sparse1"]).min_local_steps is None
     assert s.migrate(str(db)) == 0
+
+
+def test_a_name_keeps_its_own_order_and_missing_data_stops_the_script(tmp_path, monkeypatch):
+    """A rich row named with the plain FedAvg form keeps its name as typed (the sweeps match names exactly),
+    while a super sparse one gains min_local_steps=None at the end. Where the data is missing the script stops
+    (exit 2) and the database is left as it was; a row that names no registered experiment is named None."""
+    s = script_module(SCRIPT)
+    plain = "Conditional-FedAvg(server_opt=avg,conditioning=None,local_epochs=None)"
+    hyper = {**{k: v for k, v in s.DEFAULTS.items() if k not in ("min_local_steps", "min_batch_size")},
+             "server_opt": "avg", "conditioning": None, "local_epochs": None}
+    monkeypatch.setattr(s, "smallest_client", lambda e, p, seed: 6000 if e.endswith("rich") else 300)
+    db = tmp_path / "r.sqlite"
+    con = results.connect(db)
+    _row(con, plain, dict(hyper), 0, "E1/mnist/K=2/rich")
+    _row(con, plain, dict(hyper), 1, "E1/mnist/K=2/super_sparse")
+    con.close()
+    assert s.migrate(str(db)) == 1
+    got = dict(sqlite3.connect(db).execute("SELECT seed, method FROM runs"))
+    assert got[0] == plain
+    assert got[1] == plain[:-1] + ",min_local_steps=None)"
+    assert s.migrate(str(db)) == 0
+
+    monkeypatch.undo()
+    s = script_module(SCRIPT)
+    assert s.smallest_client(None, "paper", 0) is None and s.smallest_client("E9/nothing", "paper", 0) is None
+    monkeypatch.setenv("FEDCOND_DATA", str(tmp_path / "no-data-here"))
+    s.smallest_client.cache_clear()
+    db2 = tmp_path / "r2.sqlite"
+    con = results.connect(db2)
+    _row(con, "Conditional-FedAvg", dict(hyper), 0, "E1/mnist/K=2/rich")
+    con.close()
+    before = list(sqlite3.connect(db2).execute("SELECT method, hyperparameters FROM runs"))
+    with pytest.raises(s.CannotCount, match="cannot build E1/mnist/K=2/rich"):
+        s.migrate(str(db2))
+    assert list(sqlite3.connect(db2).execute("SELECT method, hyperparameters FROM runs")) == before

@@ -132,21 +132,26 @@ def test_the_fedavg_family_may_take_its_own_local_batch_size(digits, method):
 
 @pytest.mark.parametrize("method", ["Conditional-FedAvg(local_epochs=1)", "FedAvg", "Oracle-FedAvg"])
 def test_min_local_steps_shrinks_the_batch_of_small_clients_only(digits, method):
-    """`min_local_steps=m`: a client with n samples trains at batch min(protocol's, n // m), so it takes at
-    least m steps an epoch; a client with n // m >= the batch keeps the protocol's (its run unchanged, bit for
-    bit); the samples trained and the bytes sent are the same."""
+    """`min_local_steps=m`: a client with n samples trains at batch min(protocol's, max(min_batch_size, n // m)),
+    so it takes at least m steps an epoch unless the floor stops it; a client with n // m >= the batch keeps the
+    protocol's (its run unchanged, bit for bit); the samples trained and the bytes sent are the same."""
     proto = PROTOCOL.replace(statistic="class_means")  # batch 32
     sizes = [c.n_train for c in digits.federation.clients]
     ctx = make_context(digits, make_algorithm(method), proto, 0)
-    m = min(sizes) // 10  # every client's n // m is 10 or more, below the protocol's 32
+    m = min(sizes) // 20  # every client's n // m is 20 or more: above the floor 16, below the protocol's 32
     alg = make_algorithm(method.replace(")", f",min_local_steps={m})") if "(" in method
                          else f"{method}(min_local_steps={m})")
     for i, n in enumerate(sizes):
         sgd = alg.local_sgd(ctx, i)
-        assert sgd is not None and sgd.batch_size == n // m and -(-n // sgd.batch_size) >= m
+        assert sgd is not None and 16 <= sgd.batch_size == n // m < 32
+        for drop_last in (False, True):  # the steps the engine takes (batch_order), at least m an epoch
+            assert len(batch_order(n, sgd.batch_size, 1, (0, i), drop_last)) >= m
     assert make_algorithm("FedAvg(min_local_steps=1)").local_sgd(ctx, 0) is None  # n // 1 >= 32: unchanged
-    tiny = make_algorithm("FedAvg(min_local_steps=100000)").local_sgd(ctx, 0)
-    assert tiny is not None and tiny.batch_size == 1  # fewer samples than steps: batch 1, n steps
+    floor = make_algorithm("FedAvg(min_local_steps=100000)").local_sgd(ctx, 0)
+    assert floor is not None and floor.batch_size == 16  # never below min_batch_size
+    tiny = make_algorithm("FedAvg(min_local_steps=100000,min_batch_size=1)").local_sgd(ctx, 0)
+    assert tiny is not None and tiny.batch_size == 1
+    assert make_algorithm("FedAvg(min_local_steps=100000,min_batch_size=64)").local_sgd(ctx, 0) is None  # no larger
     with_opt = lambda opt: method.replace(")", f",{opt})") if "(" in method else f"{method}({opt})"  # noqa: E731
     default = run_method(digits, with_opt("min_local_steps=None"), proto)  # the protocol's batch for every client
     assert run_method(digits, with_opt("min_local_steps=1"), proto).per_client == default.per_client
@@ -162,6 +167,8 @@ def test_min_local_steps_shrinks_the_batch_of_small_clients_only(digits, method)
     assert t["bytes_up_per_client"] == t0["bytes_up_per_client"]
     with pytest.raises(FedcondError, match="min_local_steps must be >= 1"):
         make_algorithm("FedAvg(min_local_steps=0)")
+    with pytest.raises(FedcondError, match="min_batch_size must be >= 1"):
+        make_algorithm("FedAvg(min_batch_size=0)")
 
 
 def test_gossip_glorot_init_draws_kerass_defaults_independently_per_client():

@@ -36,10 +36,14 @@ class FedAvg(ServerOptimiser, Algorithm):
     # for the same samples trained (a lever for clients with few samples, issue 45)
     local_batch_size: int | None = None
     # at least this many local steps an epoch: a client whose data would give fewer at the batch above takes the
-    # largest batch that gives this many (n // min_local_steps); a client with more data keeps that batch, so its
-    # run is unchanged. None: every client takes the batch above. The steps a round stay bounded by the data,
-    # where a fixed small batch multiplies them on large clients too (issue 45)
+    # largest batch that gives this many (n // min_local_steps), but never one below `min_batch_size`; a client with
+    # more data keeps that batch, so its run is unchanged. None: every client takes the batch above. The steps a
+    # round stay bounded by the data, where a fixed small batch multiplies them on large clients too (issue 45)
     min_local_steps: int | None = None
+    # the floor of the batch `min_local_steps` may shrink to: 16, the smallest batch probed (stop 68); below it a
+    # batch-norm layer (the CIFAR CNN) would normalise over a handful of samples, and a 50-sample client would take
+    # 18 single-digit batches an epoch. A protocol batch below it is kept (the option never enlarges a batch)
+    min_batch_size: int = 16
 
     def __post_init__(self):
         super().__post_init__()
@@ -49,6 +53,8 @@ class FedAvg(ServerOptimiser, Algorithm):
             raise FedcondError(f"local_batch_size must be >= 1, got {self.local_batch_size}")
         if self.min_local_steps is not None and self.min_local_steps < 1:
             raise FedcondError(f"min_local_steps must be >= 1, got {self.min_local_steps}")
+        if self.min_batch_size < 1:
+            raise FedcondError(f"min_batch_size must be >= 1, got {self.min_batch_size}")
 
     def plain_jobs(self) -> bool:
         return not self.carry_momentum  # carried buffers are optimiser state DP-SGD's fresh optimiser cannot take
@@ -96,8 +102,9 @@ class FedAvg(ServerOptimiser, Algorithm):
         engine's (the protocol's)."""
         batch = ctx.sgd.batch_size if self.local_batch_size is None else self.local_batch_size
         if self.min_local_steps is not None:
-            # floor, not ceil: ceil(n / (n // m)) >= m steps an epoch, where a batch of ceil(n / m) may give m - 1
-            batch = min(batch, max(1, ctx.federation.clients[client].n_train // self.min_local_steps))
+            # floor, not ceil: n // (n // m) >= m steps an epoch (batch_order merges only a one-sample tail), where a
+            # batch of ceil(n / m) may give m - 1
+            batch = min(batch, max(self.min_batch_size, ctx.federation.clients[client].n_train // self.min_local_steps))
         return None if batch == ctx.sgd.batch_size else replace(ctx.sgd, batch_size=batch)
 
     def epochs_per_round(self, ctx: Context) -> int:
@@ -112,7 +119,8 @@ class ConditionalFedAvg(FedAvg):
 
     conditioned: ClassVar[bool] = True
     # The defaults make it train where clients are many and small (issue 45's probe, docs/choices.md
-    # "Server optimisers"): server momentum, FiLM and 5 local epochs a round, in the protocol's rounds.
+    # "Server optimisers"): server momentum, FiLM, 5 local epochs a round and at least 18 local steps an epoch,
+    # in the protocol's rounds.
     server_opt: str = "momentum"
     # beta 0.5, not FedAvgM's 0.9: at rich a round's ~470 local steps point one way, and 0.9 added them up
     # until the weights overflowed (E1 FMNIST rich, stop 59); 0.5 trains there and keeps super sparse
@@ -121,10 +129,10 @@ class ConditionalFedAvg(FedAvg):
     # deployable method takes FiLM while the paper's pooled Conditional in the same cell keeps concat
     conditioning: str | None = "film"
     local_epochs: int | None = 5  # FedAvg's field, five a round here
-    # at least 18 local steps an epoch (FedAvg's field): where clients are many and small (300 samples at super
-    # sparse, ~5 steps an epoch at batch 64) they train at batch 16, the batch probed there (stop 68: E1 FMNIST
-    # K=2 super sparse .886 -> .903); a client with 1,152 samples or more keeps the protocol's batch, so rich
-    # cells run as before, where a fixed batch 16 diverged (docs/choices.md "Server optimisers")
+    # at least 18 local steps an epoch (FedAvg's field; batch 16 at the least): where clients are many and small
+    # (300 samples at super sparse, ~5 steps an epoch at batch 64) they train at batch 16, the batch probed there
+    # (stop 68: E1 FMNIST K=2 super sparse .886 -> .903); a client with 1,152 samples or more keeps the protocol's
+    # batch, so rich cells run as before, where a fixed batch 16 diverged (docs/choices.md "Server optimisers")
     min_local_steps: int | None = 18
 
     def __post_init__(self):

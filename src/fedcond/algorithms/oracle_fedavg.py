@@ -10,7 +10,8 @@ It knows the clusters, so it is a ceiling for federated clustered methods (IFCA,
 at the same rounds and local epochs: where a federated method's gap to Oracle is also Oracle-FedAvg's,
 the gap is the cost of training federated within the budget, not of finding or conditioning on the
 clusters. Run it with the settings of the method it bounds, e.g.
-`Oracle-FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5)` for Conditional-FedAvg.
+`Oracle-FedAvg(server_opt=momentum,server_momentum=0.5,local_epochs=5,min_local_steps=18)` for
+Conditional-FedAvg (`min_local_steps` since stop 69; it changes the steps of clients with fewer than 1,152 samples).
 """
 
 from __future__ import annotations
