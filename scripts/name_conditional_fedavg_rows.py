@@ -86,9 +86,7 @@ def shrinks(row: dict) -> bool:
     """Whether today's `min_local_steps` would give some client of the row's scenario a smaller batch (a row
     whose scenario cannot be known: yes, so it is named by the old default)."""
     n = smallest_client(row["experiment"], row["protocol_name"], row["seed"])
-    if n is None:
-        return True
-    return max(DEFAULTS["min_batch_size"], n // DEFAULTS["min_local_steps"]) < row["batch_size"]
+    return n is None or ConditionalFedAvg().client_batch(row["batch_size"], n) < row["batch_size"]
 
 
 def recorded(method: str, hyper: dict, row: dict | None = None) -> dict:

@@ -101,11 +101,17 @@ class FedAvg(ServerOptimiser, Algorithm):
         """Client `client`'s optimiser where `local_batch_size` or `min_local_steps` changes it; None: the
         engine's (the protocol's)."""
         batch = ctx.sgd.batch_size if self.local_batch_size is None else self.local_batch_size
-        if self.min_local_steps is not None:
-            # floor, not ceil: n // (n // m) >= m steps an epoch (batch_order merges only a one-sample tail), where a
-            # batch of ceil(n / m) may give m - 1
-            batch = min(batch, max(self.min_batch_size, ctx.federation.clients[client].n_train // self.min_local_steps))
+        batch = self.client_batch(batch, ctx.federation.clients[client].n_train)
         return None if batch == ctx.sgd.batch_size else replace(ctx.sgd, batch_size=batch)
+
+    def client_batch(self, batch: int, n: int) -> int:
+        """The batch a client with n samples trains at, `batch` being the protocol's or `local_batch_size`:
+        `min_local_steps` shrinks it for small clients, never below `min_batch_size`, never above `batch`."""
+        if self.min_local_steps is None:
+            return batch
+        # floor, not ceil: n // (n // m) >= m steps an epoch (batch_order merges only a one-sample tail), where a
+        # batch of ceil(n / m) may give m - 1
+        return min(batch, max(self.min_batch_size, n // self.min_local_steps))
 
     def epochs_per_round(self, ctx: Context) -> int:
         """Local epochs of a round: `local_epochs`, or the protocol's (`--local-epochs`) where it is None."""
