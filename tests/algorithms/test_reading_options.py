@@ -18,6 +18,11 @@ from fedcond.engine import SGDConfig, batch_order
 PROTOCOL = Protocol(epochs=2, batch_size=32)
 
 
+def _with(method: str, option: str) -> str:
+    """`method` with one more argument: `FedAvg` -> `FedAvg(option)`, `X(a=1)` -> `X(a=1,option)`."""
+    return method.replace(")", f",{option})") if "(" in method else f"{method}({option})"
+
+
 @pytest.fixture(scope="module")
 def digits():
     return make_scenario("E1", "digits", lambda n: data.load("digits"), k=2, clients_per_cluster=2, seed=0)
@@ -118,8 +123,7 @@ def test_the_fedavg_family_may_take_its_own_local_batch_size(digits, method):
     protocol whose batch size stays 32 for every other method: more local steps for the same samples trained
     and the same bytes sent; None follows the protocol's."""
     proto = PROTOCOL.replace(statistic="class_means")  # batch 32
-    own = run_method(digits, method.replace(")", ",local_batch_size=8)") if "(" in method
-                     else f"{method}(local_batch_size=8)", proto)
+    own = run_method(digits, _with(method, "local_batch_size=8"), proto)
     protocols = run_method(digits, method, proto.replace(batch_size=8))
     assert own.per_client == protocols.per_client and own.train_loss == protocols.train_loss
     default = run_method(digits, method, proto)
@@ -139,8 +143,7 @@ def test_min_local_steps_shrinks_the_batch_of_small_clients_only(digits, method)
     sizes = [c.n_train for c in digits.federation.clients]
     ctx = make_context(digits, make_algorithm(method), proto, 0)
     m = min(sizes) // 20  # every client's n // m is 20 or more: above the floor 16, below the protocol's 32
-    alg = make_algorithm(method.replace(")", f",min_local_steps={m})") if "(" in method
-                         else f"{method}(min_local_steps={m})")
+    alg = make_algorithm(_with(method, f"min_local_steps={m}"))
     for i, n in enumerate(sizes):
         sgd = alg.local_sgd(ctx, i)
         assert sgd is not None and 16 <= sgd.batch_size == n // m < 32
@@ -152,14 +155,13 @@ def test_min_local_steps_shrinks_the_batch_of_small_clients_only(digits, method)
     tiny = make_algorithm("FedAvg(min_local_steps=100000,min_batch_size=1)").local_sgd(ctx, 0)
     assert tiny is not None and tiny.batch_size == 1
     assert make_algorithm("FedAvg(min_local_steps=100000,min_batch_size=64)").local_sgd(ctx, 0) is None  # no larger
-    with_opt = lambda opt: method.replace(")", f",{opt})") if "(" in method else f"{method}({opt})"  # noqa: E731
-    default = run_method(digits, with_opt("min_local_steps=None"), proto)  # the protocol's batch for every client
-    assert run_method(digits, with_opt("min_local_steps=1"), proto).per_client == default.per_client
+    default = run_method(digits, _with(method, "min_local_steps=None"), proto)  # the protocol's batch for every client
+    assert run_method(digits, _with(method, "min_local_steps=1"), proto).per_client == default.per_client
     # a step count that gives every client the same batch b (their sizes are close) is local_batch_size=b
     common = next(k for k in range(2, max(sizes)) if len({n // k for n in sizes}) == 1 and sizes[0] // k < 32)
     b = sizes[0] // common
-    small = run_method(digits, with_opt(f"min_local_steps={common}"), proto)
-    same = run_method(digits, with_opt(f"local_batch_size={b},min_local_steps=None"), proto)
+    small = run_method(digits, _with(method, f"min_local_steps={common}"), proto)
+    same = run_method(digits, _with(method, f"local_batch_size={b},min_local_steps=None"), proto)
     assert small.per_client == same.per_client
     assert small.per_client != default.per_client
     t, t0 = small.extra["traffic"], default.extra["traffic"]
