@@ -1,10 +1,13 @@
-"""Probe: a one-model federated method round by round: training loss, the server's step and the weights' norm.
+"""Probe: a federated method round by round: training loss, the server's step and the weights' norm.
 
 Found at stop 59: the default Conditional-FedAvg (server momentum, FiLM, 5 local epochs) diverged on
 E1 FMNIST K=2 rich in round 7 (training loss nan). This prints, after every round, the round's training
 loss, the norm of what the round changed in the shared weights and their norm, as JSON lines, so two
 server optimisers can be set side by side on the rounds before a divergence. A run that fails prints
 its error as the last line. `--rounds` stops early (the protocol's epochs are set to it).
+Where the state holds several models (Gossip: one per client), `layer_norms` is each weight tensor's
+norm averaged over them: Gossip's collapse (issue 40) is the averaging of independent
+initialisations shrinking every layer until no gradient is left.
 
     python probes/round_trace.py --experiment E1/fmnist/K=2/rich --method Conditional-FedAvg \
         --protocol 'paper[statistic=class_means,holdout_clients=1]' --rounds 5 \
@@ -53,8 +56,11 @@ def main(argv=None) -> int:
         step = norm({k: w[k] - before[k] for k in w}) if before else None
         before.clear()
         before.update({k: v.clone() for k, v in w.items()})
+        models = state.models
+        layers = {k: round(sum(float(m[k].norm()) for m in models) / len(models), 4)
+                  for k in w if k.endswith("weight") and w[k].is_floating_point()}
         record({"round": r, "train_loss": state.train_loss, "step_norm": step, "weight_norm": norm(w),
-              "seconds": round(time.perf_counter() - start)})
+                "models": len(models), "layer_norms": layers, "seconds": round(time.perf_counter() - start)})
 
     try:
         res = run_method(scenario, args.method, proto, args.seed, on_round=on_round)

@@ -17,7 +17,7 @@ from fedcond.algorithms.dac import (DAC, DACLoss, cosine_matrix, sampling_probab
                                     parameter_names, two_hop_priors)
 from fedcond.algorithms.ditto import PERSONAL, Ditto
 from fedcond.algorithms.fedavg import FedAvg
-from fedcond.algorithms.gossip import PAIRING, Gossip, random_pairs
+from fedcond.algorithms.gossip import PAIRING, Gossip, random_pairs, sequential_pairs
 from fedcond.algorithms.ifca import FIRST_DRAW, IFCA
 from fedcond.engine import LoopEngine, SGDConfig, batch_order, mean_loss, weighted_average
 from fedcond.errors import FedcondError
@@ -118,6 +118,36 @@ def test_gossip_averages_each_pair_exactly_and_the_odd_one_keeps_its_model(small
     (odd,) = set(range(5)) - {c for p in pairs for c in p}
     assert_same(s1.models[odd], trained[odd])
     assert s1.assignment == tuple(range(5))
+
+
+@pytest.mark.parametrize("n", [2, 5, 6])
+def test_sequential_pairs_give_every_client_one_call_to_another(n):
+    for r in range(20):
+        pairs = sequential_pairs(n, np.random.default_rng(r))
+        assert len(pairs) == n and sorted(i for i, _ in pairs) == list(range(n))  # each client calls once
+        assert all(i != j and 0 <= j < n for i, j in pairs)
+    peers = [j for r in range(400) for i, j in sequential_pairs(3, np.random.default_rng(r)) if i == 0]
+    assert set(peers) == {1, 2} and abs(peers.count(1) - 200) < 50  # uniform over the others
+
+
+def test_sequential_gossip_averages_in_order_so_a_model_travels_within_a_round(small):
+    """pairing=sequential: the pairs are averaged one after another from the locally trained models,
+    so a client met twice carries the first average into the second."""
+    ctx = make_ctx(small, clients=range(4))
+    alg = Gossip(pairing="sequential")
+    s0 = alg.init(ctx)
+    s1 = alg.round(ctx, s0, 0)
+    models = replay_local(ctx, s0.models, 0)
+    pairs = sequential_pairs(4, np.random.default_rng(np.random.SeedSequence([ctx.seed, PAIRING, 0])))
+    assert s1.extra["pairs"] == pairs
+    for i, j in pairs:
+        half = {k: (models[i][k] + models[j][k]) / 2 for k in models[i]}
+        models[i] = models[j] = half
+    for i in range(4):
+        for key in models[i]:
+            assert torch.allclose(s1.models[i][key], models[i][key], atol=1e-6, rtol=0)
+    with pytest.raises(FedcondError, match="Gossip pairing must be matching or sequential"):
+        Gossip(pairing="ring")
 
 
 # --- Ditto -------------------------------------------------------------------------------------

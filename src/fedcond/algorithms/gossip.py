@@ -22,6 +22,10 @@ Round r:
   2. random pairing: a uniformly random perfect matching of the clients, drawn from the stream
      (seed, PAIRING, r); each pair {i, j} sets theta_i = theta_j = (theta_i' + theta_j') / 2.
      With an odd number of clients the one left out keeps theta_i'. No adaptive weights.
+     `pairing=sequential` reads "random pairwise averaging on a random topology" as classic
+     asynchronous gossip instead: every client, in a random order, contacts one uniformly random
+     other client and both take their average, one pair after another, so a client is in about
+     two averages a round and models mix faster (probed for the collapse, issue 40; docs/choices.md).
 Client i predicts with theta_i.
 """
 
@@ -33,10 +37,14 @@ from typing import ClassVar
 import numpy as np
 
 from ..engine import weighted_average
+from ..errors import FedcondError
 from .weight_init import check_weight_init, draw_weights
 from .base import Algorithm, Context, State, aggregate, carried_momentum
 
 PAIRING = 0x6055  # purpose of the random stream that draws each round's pairs
+
+
+PAIRINGS = ("matching", "sequential")
 
 
 def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int, int], ...]:
@@ -45,11 +53,22 @@ def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int,
     return tuple((int(perm[k]), int(perm[k + 1])) for k in range(0, num_clients - 1, 2))
 
 
+def sequential_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int, int], ...]:
+    """Every client, in a random order, contacts one uniformly random other client: num_clients pairs,
+    averaged one after another (a client can be in several; it is in about two)."""
+    order = rng.permutation(num_clients)
+    peers = rng.integers(0, num_clients - 1, size=num_clients)
+    return tuple((int(i), int(p if p < i else p + 1)) for i, p in zip(order, peers))
+
+
 @dataclass(frozen=True)
 class Gossip(Algorithm):
     independent_init: bool = True  # every client starts from its own random weights; False: one shared draw
     carry_momentum: bool = False  # each client's SGD momentum lives across rounds (False: reset, as FedAvg's)
     weight_init: str = "torch"  # how each client's weights are drawn: torch (layer defaults) or glorot (Keras's)
+    pairing: str = (
+        "matching"  # matching: one random perfect matching a round; sequential: every client contacts a random peer
+    )
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
@@ -57,6 +76,8 @@ class Gossip(Algorithm):
 
     def __post_init__(self):
         check_weight_init("Gossip", self.weight_init)
+        if self.pairing not in PAIRINGS:
+            raise FedcondError(f"Gossip pairing must be {' or '.join(PAIRINGS)}, got {self.pairing!r}")
 
     def plain_jobs(self) -> bool:
         return not self.carry_momentum
@@ -89,10 +110,11 @@ class Gossip(Algorithm):
         # dropped out) keeps the model and buffers it had, and its partner keeps its own trained model
         models = [state.models[i] if res is None else res.params for i, res in enumerate(results)]
         momentum = carried_momentum(state.momentum, results) if self.carry_momentum else (None,) * n
-        pairs = random_pairs(n, np.random.default_rng(np.random.SeedSequence([ctx.seed, PAIRING, r])))
-        for i, j in pairs:
+        draw = random_pairs if self.pairing == "matching" else sequential_pairs
+        pairs = draw(n, np.random.default_rng(np.random.SeedSequence([ctx.seed, PAIRING, r])))
+        for i, j in pairs:  # in order: under sequential pairing a model averaged earlier this round travels on
             if results[i] is not None and results[j] is not None:
-                models[i] = models[j] = weighted_average([results[i].params, results[j].params], np.ones(2))
+                models[i] = models[j] = weighted_average([models[i], models[j]], np.ones(2))
         loss = aggregate(ctx, range(n), results).loss
         return State(
             models=tuple(models),
