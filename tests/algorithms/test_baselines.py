@@ -145,7 +145,7 @@ def test_sequential_gossip_averages_in_order_so_a_model_travels_within_a_round(s
         models[i] = models[j] = half
     for i in range(4):
         for key in models[i]:
-            assert torch.allclose(s1.models[i][key], models[i][key], atol=1e-6, rtol=0)
+            assert torch.equal(s1.models[i][key], models[i][key])  # float32 halves: one rounding, as weighted_average
     with pytest.raises(FedcondError, match="Gossip pairing must be matching or sequential"):
         Gossip(pairing="ring")
 

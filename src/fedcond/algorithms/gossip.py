@@ -44,9 +44,6 @@ from .base import Algorithm, Context, State, aggregate, carried_momentum
 PAIRING = 0x6055  # purpose of the random stream that draws each round's pairs
 
 
-PAIRINGS = ("matching", "sequential")
-
-
 def random_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[int, int], ...]:
     """A uniformly random perfect matching of range(num_clients); with an odd count one client is left out."""
     perm = rng.permutation(num_clients)
@@ -61,14 +58,18 @@ def sequential_pairs(num_clients: int, rng: np.random.Generator) -> tuple[tuple[
     return tuple((int(i), int(p if p < i else p + 1)) for i, p in zip(order, peers))
 
 
+PAIRINGS = {
+    "matching": random_pairs,
+    "sequential": sequential_pairs,
+}  # Gossip's `pairing`: how it draws a round's pairs
+
+
 @dataclass(frozen=True)
 class Gossip(Algorithm):
     independent_init: bool = True  # every client starts from its own random weights; False: one shared draw
     carry_momentum: bool = False  # each client's SGD momentum lives across rounds (False: reset, as FedAvg's)
     weight_init: str = "torch"  # how each client's weights are drawn: torch (layer defaults) or glorot (Keras's)
-    pairing: str = (
-        "matching"  # matching: one random perfect matching a round; sequential: every client contacts a random peer
-    )
+    pairing: str = "matching"  # a key of PAIRINGS: one random perfect matching a round, or sequential calls
 
     conditioned: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
@@ -110,8 +111,7 @@ class Gossip(Algorithm):
         # dropped out) keeps the model and buffers it had, and its partner keeps its own trained model
         models = [state.models[i] if res is None else res.params for i, res in enumerate(results)]
         momentum = carried_momentum(state.momentum, results) if self.carry_momentum else (None,) * n
-        draw = random_pairs if self.pairing == "matching" else sequential_pairs
-        pairs = draw(n, np.random.default_rng(np.random.SeedSequence([ctx.seed, PAIRING, r])))
+        pairs = PAIRINGS[self.pairing](n, np.random.default_rng(np.random.SeedSequence([ctx.seed, PAIRING, r])))
         for i, j in pairs:  # in order: under sequential pairing a model averaged earlier this round travels on
             if results[i] is not None and results[j] is not None:
                 models[i] = models[j] = weighted_average([models[i], models[j]], np.ones(2))
